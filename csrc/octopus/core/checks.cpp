@@ -1,0 +1,120 @@
+#include "octopus/core/checks.h"
+
+#include <ATen/ATen.h>
+
+#include "octopus/core/layout.h"
+#include "octopus/core/plan.h"
+
+namespace octopus {
+
+Strategy parse_strategy(c10::string_view name) {
+  if (name == "plan") return Strategy::Plan;
+  if (name == "plan_host") return Strategy::PlanHost;
+  if (name == "block_search") return Strategy::BlockSearch;
+  if (name == "search") return Strategy::Search;
+  if (name == "lookup") return Strategy::Lookup;
+  TORCH_CHECK_VALUE(false, "strategy must be one of 'plan', 'plan_host', 'block_search', 'search', 'lookup'; got '",
+                    std::string(name), "'");
+}
+
+const char* strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::Plan: return "plan";
+    case Strategy::PlanHost: return "plan_host";
+    case Strategy::BlockSearch: return "block_search";
+    case Strategy::Search: return "search";
+    case Strategy::Lookup: return "lookup";
+  }
+  return "?";
+}
+
+int64_t resolve_block_elems(int64_t block_elems) {
+  if (block_elems == 0) return kDefaultBlockElems;
+  TORCH_CHECK_VALUE(block_elems > 0 && block_elems % 16 == 0 && block_elems <= kMaxBlockElems,
+                    "block_elems must be a positive multiple of 16 and at most 2^30 (or 0 for the default), got ",
+                    block_elems);
+  return block_elems;
+}
+
+void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offsets) {
+  TORCH_CHECK_VALUE(values.dim() == 1, "values must be 1-D (the items' elements back to back), got shape ",
+                    values.sizes());
+  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, "offsets must be int64, got ", offsets.scalar_type());
+  TORCH_CHECK_VALUE(offsets.dim() == 1, "offsets must be 1-D [num_items + 1], got shape ", offsets.sizes());
+  TORCH_CHECK_VALUE(offsets.numel() >= 1, "offsets must have at least one entry (offsets[0] == 0)");
+  TORCH_CHECK_VALUE(offsets.device() == values.device(), "offsets must be on the same device as values (",
+                    values.device(), "), got ", offsets.device());
+  TORCH_CHECK_VALUE(offsets.numel() - 1 <= kMaxItems, "offsets describes ", offsets.numel() - 1,
+                    " items; at most 2^31 - 1 are supported");
+}
+
+void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values) {
+  const at::Tensor host_offsets = offsets.to(at::kCPU).contiguous();
+  const int64_t m = host_offsets.numel() - 1;
+  std::string error = check_offsets(host_offsets.data_ptr<int64_t>(), m, num_values);
+  TORCH_CHECK_VALUE(error.empty(), error);
+  if (!sizes.defined()) return;
+  TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
+  TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m, "sizes must have shape [num_items, D] = [", m,
+                    ", D], got ", sizes.sizes());
+  const at::Tensor host_sizes = sizes.to(at::kCPU).contiguous();
+  error = check_sizes(host_sizes.data_ptr<int64_t>(), m, sizes.size(1), host_offsets.data_ptr<int64_t>());
+  TORCH_CHECK_VALUE(error.empty(), error);
+}
+
+int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num_items, at::ScalarType dtype,
+                          const at::Device& device) {
+  TORCH_CHECK_TYPE(param.scalar_type() == dtype, name, " must be ", dtype, " for these values, got ",
+                   param.scalar_type());
+  TORCH_CHECK_VALUE(param.device() == device, name, " must be on the values' device (", device, "), got ",
+                    param.device());
+  TORCH_CHECK_VALUE((param.dim() == 1 || param.dim() == 2) && param.size(0) == num_items, name,
+                    " must have shape [num_items] or [num_items, channels] with num_items = ", num_items, ", got ",
+                    param.sizes());
+  TORCH_CHECK_VALUE(param.dim() == 1 || param.size(1) >= 1, name, " has zero channels");
+  return param.dim() == 2 ? param.size(1) : 0;
+}
+
+void validate_channel_planes(const at::Tensor& offsets, int64_t channels, const char* name) {
+  const at::Tensor host_offsets = offsets.to(at::kCPU).contiguous();
+  const std::string error =
+      check_channel_planes(host_offsets.data_ptr<int64_t>(), host_offsets.numel() - 1, channels, name);
+  TORCH_CHECK_VALUE(error.empty(), error);
+}
+
+void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy, const at::Tensor& offsets,
+                    int64_t num_values, int64_t block_elems) {
+  if (!metadata.has_value()) return;
+  const at::Tensor& meta = *metadata;
+  const int64_t m = offsets.numel() - 1;
+  TORCH_CHECK_VALUE(meta.device() == offsets.device(), "metadata must be on the values' device (",
+                    offsets.device(), "), got ", meta.device());
+  switch (strategy) {
+    case Strategy::Plan:
+    case Strategy::PlanHost:
+      TORCH_CHECK_VALUE(meta.scalar_type() == at::kLong && meta.dim() == 2 && meta.size(1) == 2 &&
+                            meta.size(0) == plan_rows(num_values, m, block_elems) && meta.is_contiguous(),
+                        "metadata for strategy '", strategy_name(strategy),
+                        "' must be the plan of this batch built with block_elems=", block_elems,
+                        " (int64 [", plan_rows(num_values, m, block_elems), ", 2], from octopus.plan); got ",
+                        meta.scalar_type(), " ", meta.sizes());
+      return;
+    case Strategy::Lookup:
+      TORCH_CHECK_VALUE(meta.scalar_type() == at::kInt && meta.dim() == 1 && meta.numel() == num_values &&
+                            meta.is_contiguous(),
+                        "metadata for strategy 'lookup' must be this batch's item table (int32 [", num_values,
+                        "], from octopus.lookup_table); got ", meta.scalar_type(), " ", meta.sizes());
+      return;
+    case Strategy::Search:
+    case Strategy::BlockSearch:
+      TORCH_CHECK_VALUE(false, "strategy '", strategy_name(strategy), "' uses no metadata; pass metadata=None");
+  }
+}
+
+at::Tensor kernel_ready(const at::Tensor& values) {
+  at::Tensor out = values.contiguous();
+  if (reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 != 0) out = out.clone();
+  return out;
+}
+
+}  // namespace octopus

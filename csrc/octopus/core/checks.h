@@ -1,0 +1,43 @@
+// Argument checks shared by every op, and the strategy switch. Errors raise Python
+// ValueError / TypeError that name the offending argument.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include <cstdint>
+
+namespace octopus {
+
+// How a GPU thread finds the item its elements belong to (DESIGN.md section 2).
+enum class Strategy { Lookup, Search, Plan, PlanHost, BlockSearch };
+
+Strategy parse_strategy(c10::string_view name);
+const char* strategy_name(Strategy strategy);
+
+// 0 selects the default; otherwise a positive multiple of 16 up to kMaxBlockElems.
+int64_t resolve_block_elems(int64_t block_elems);
+
+// values: 1-D; offsets: int64, 1-D, at least one entry, on values' device, fewer than 2^31 items.
+void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offsets);
+
+// Full check of offsets' contents against n values (and of sizes, when defined); copies
+// device tensors to the host, so on CUDA it synchronizes.
+void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values);
+
+// Per-item parameters: [M] or [M, C], `dtype`, on `device`. Returns C (0 for [M]).
+int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num_items, at::ScalarType dtype,
+                          const at::Device& device);
+
+// Every item's length divisible by `channels` (host copy of offsets, synchronizes on CUDA).
+void validate_channel_planes(const at::Tensor& offsets, int64_t channels, const char* name);
+
+// The metadata tensor a strategy consumes (a plan, or a lookup table), checked against
+// the batch it is used with. Strategies that need none reject one.
+void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy, const at::Tensor& offsets,
+                    int64_t num_values, int64_t block_elems);
+
+// Values as the kernels read them: contiguous, and 16-byte aligned for vector loads.
+at::Tensor kernel_ready(const at::Tensor& values);
+
+}  // namespace octopus

@@ -1,0 +1,80 @@
+// The generic CPU driver: runs an element-wise ragged functor (see ops/affine.h for the
+// interface: item(i), one(item, g)) over a batch, finding items with the chosen strategy.
+// The CPU is the reference backend, so every strategy is real here too: plans are walked
+// block by block, searches search, the lookup table is read per element.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "octopus/core/checks.h"
+#include "octopus/core/plan.h"
+
+namespace octopus {
+
+namespace cpu_detail {
+
+// Item containing element g: the last i with offsets[i] <= g (empty items are skipped).
+inline int64_t find_item(const int64_t* offsets, int64_t num_items, int64_t g) {
+  return std::upper_bound(offsets, offsets + num_items + 1, g) - offsets - 1;
+}
+
+}  // namespace cpu_detail
+
+template <class Op>
+void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, int64_t num_values,
+                    int64_t block_elems, const at::Tensor& metadata) {
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  const int64_t m = offsets.numel() - 1;
+  const int64_t tiles = (num_values + block_elems - 1) / block_elems;
+  // Each parallel task gets a few tiles' worth of elements.
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / block_elems);
+
+  switch (strategy) {
+    case Strategy::Plan:
+    case Strategy::PlanHost: {
+      const int64_t* plan = metadata.data_ptr<int64_t>();
+      at::parallel_for(0, plan[0], grain, [&](int64_t first, int64_t last) {
+        for (int64_t j = first; j < last; ++j) {
+          const int64_t begin = plan[2 * (j + 1)];
+          const int64_t packed = plan[2 * (j + 1) + 1];
+          const auto item = op.item(block_item(packed));
+          for (int64_t g = begin, end = begin + block_length(packed); g < end; ++g) op.one(item, g);
+        }
+      });
+      return;
+    }
+    case Strategy::BlockSearch:
+      at::parallel_for(0, tiles, grain, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+          const int64_t tile_begin = t * block_elems;
+          const int64_t tile_end = std::min(tile_begin + block_elems, num_values);
+          for (int64_t i = cpu_detail::find_item(off, m, tile_begin); i < m && off[i] < tile_end; ++i) {
+            const auto item = op.item(i);
+            for (int64_t g = std::max(tile_begin, off[i]), end = std::min(tile_end, off[i + 1]); g < end; ++g)
+              op.one(item, g);
+          }
+        }
+      });
+      return;
+    case Strategy::Search:
+      at::parallel_for(0, tiles, grain, [&](int64_t first, int64_t last) {
+        for (int64_t g = first * block_elems, end = std::min(last * block_elems, num_values); g < end; ++g)
+          op.one(op.item(cpu_detail::find_item(off, m, g)), g);
+      });
+      return;
+    case Strategy::Lookup: {
+      const int32_t* ids = metadata.data_ptr<int32_t>();
+      at::parallel_for(0, tiles, grain, [&](int64_t first, int64_t last) {
+        for (int64_t g = first * block_elems, end = std::min(last * block_elems, num_values); g < end; ++g)
+          op.one(op.item(ids[g]), g);
+      });
+      return;
+    }
+  }
+}
+
+}  // namespace octopus

@@ -1,0 +1,217 @@
+// The generic CUDA driver: one persistent launch runs an element-wise ragged functor over
+// a whole batch. Work is cut into units (plan blocks, or fixed tiles of the packed
+// buffer); each warp takes units in turn and asks the locator which item(s) a unit holds.
+// The locator is a template parameter, so every strategy runs the same functor code.
+//
+// Functor interface (see ops/affine.h): kVec, InVec, item(i) -> Item, load(g) -> InVec,
+// store(Item, g, InVec) for kVec elements of one item at a kVec-aligned g, one(Item, g).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "octopus/core/checks.h"
+#include "octopus/core/plan.h"
+
+namespace octopus::cuda {
+
+constexpr int kThreads = 256;
+constexpr int kWarpsPerBlock = kThreads / 32;
+constexpr int kUnroll = 4;  // vectors in flight per lane
+
+__host__ __device__ __forceinline__ int64_t clamp_index(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
+
+// Item holding element g: the last i with offsets[i] <= g, clamped into [0, m).
+__device__ __forceinline__ int64_t find_item(const int64_t* __restrict__ offsets, int64_t m, int64_t g) {
+  int64_t lo = 0, hi = m + 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (__ldg(offsets + mid) <= g) lo = mid + 1; else hi = mid;
+  }
+  return clamp_index(lo - 1, m - 1);
+}
+
+// A warp processes the packed elements [g0, g1) of one item: aligned vectors in the
+// middle (kUnroll loads in flight per lane), single elements at the two ends.
+template <class Op>
+__device__ __forceinline__ void run_segment(const Op& op, int64_t item, int64_t g0, int64_t g1, int lane) {
+  constexpr int V = Op::kVec;
+  const int64_t a0 = (g0 + V - 1) / V * V;
+  const int64_t a1 = g1 / V * V;
+  const auto it = op.item(item);
+  if (a0 >= a1) {
+    for (int64_t g = g0 + lane; g < g1; g += 32) op.one(it, g);
+    return;
+  }
+  if (lane < a0 - g0) op.one(it, g0 + lane);
+  if (lane < g1 - a1) op.one(it, a1 + lane);
+  for (int64_t base = a0 + int64_t{lane} * V; base < a1; base += int64_t{32} * V * kUnroll) {
+    typename Op::InVec x[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g < a1) x[u] = op.load(g);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g < a1) op.store(it, g, x[u]);
+    }
+  }
+}
+
+// A warp processes the tile [t0, t1) (t0 a multiple of kVec) finding the item of every
+// vector on its own: loc.find(g) and loc.contains(item, g) are the per-element lookups.
+template <class Loc, class Op>
+__device__ __forceinline__ void run_tile_per_element(const Loc& loc, const Op& op, int64_t t0, int64_t t1,
+                                                     int lane) {
+  constexpr int V = Op::kVec;
+  const int64_t a1 = t0 + (t1 - t0) / V * V;
+  for (int64_t base = t0 + int64_t{lane} * V; base < a1; base += int64_t{32} * V * kUnroll) {
+    typename Op::InVec x[kUnroll];
+    int64_t items[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g < a1) {
+        items[u] = loc.find(g);
+        x[u] = op.load(g);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g >= a1) continue;
+      if (loc.contains(items[u], g + V - 1)) {
+        op.store(op.item(items[u]), g, x[u]);
+      } else {  // the vector straddles items
+        for (int k = 0; k < V; ++k) op.one(op.item(loc.find(g + k)), g + k);
+      }
+    }
+  }
+  for (int64_t g = a1 + lane; g < t1; g += 32) op.one(op.item(loc.find(g)), g);
+}
+
+// `plan` and `plan_host`: unit j is plan block j; one 16-byte load says where it is.
+struct PlanLocator {
+  const longlong2* __restrict__ rows;  // row 0: (count, block_elems)
+  __device__ __forceinline__ int64_t num_units() const { return __ldg(&rows[0].x); }
+  template <class Op>
+  __device__ __forceinline__ void visit(const Op& op, int64_t u, int lane) const {
+    const longlong2 r = __ldg(rows + 1 + u);
+    run_segment(op, block_item(r.y), r.x, r.x + block_length(r.y), lane);
+  }
+};
+
+// Units are fixed tiles of the packed buffer.
+struct TileUnits {
+  int64_t num_values, tile, tiles;
+  __device__ __forceinline__ int64_t num_units() const { return tiles; }
+  __device__ __forceinline__ int64_t begin(int64_t u) const { return u * tile; }
+  __device__ __forceinline__ int64_t end(int64_t u) const { return min(u * tile + tile, num_values); }
+};
+
+// `block_search`: a warp searches the offsets once for its tile's first item, then walks.
+struct BlockSearchLocator : TileUnits {
+  const int64_t* __restrict__ offsets;
+  int64_t m;
+  template <class Op>
+  __device__ __forceinline__ void visit(const Op& op, int64_t u, int lane) const {
+    const int64_t t0 = begin(u), t1 = end(u);
+    for (int64_t i = find_item(offsets, m, t0); i < m; ++i) {
+      const int64_t b = max(t0, __ldg(offsets + i));
+      if (b >= t1) break;
+      const int64_t e = min(t1, __ldg(offsets + i + 1));
+      if (b < e) run_segment(op, i, b, e, lane);
+    }
+  }
+};
+
+// `search`: every vector binary-searches the offsets for its item.
+struct SearchLocator : TileUnits {
+  const int64_t* __restrict__ offsets;
+  int64_t m;
+  __device__ __forceinline__ int64_t find(int64_t g) const { return find_item(offsets, m, g); }
+  __device__ __forceinline__ bool contains(int64_t item, int64_t g) const { return g < __ldg(offsets + item + 1); }
+  template <class Op>
+  __device__ __forceinline__ void visit(const Op& op, int64_t u, int lane) const {
+    run_tile_per_element(*this, op, begin(u), end(u), lane);
+  }
+};
+
+// `lookup`: every element's item id is read from a table of N entries.
+struct LookupLocator : TileUnits {
+  const int32_t* __restrict__ ids;
+  int64_t m;
+  __device__ __forceinline__ int64_t find(int64_t g) const { return clamp_index(__ldg(ids + g), m - 1); }
+  __device__ __forceinline__ bool contains(int64_t item, int64_t g) const { return find(g) == item; }
+  template <class Op>
+  __device__ __forceinline__ void visit(const Op& op, int64_t u, int lane) const {
+    run_tile_per_element(*this, op, begin(u), end(u), lane);
+  }
+};
+
+template <class Loc, class Op>
+__global__ void __launch_bounds__(kThreads, 4) ragged_kernel(const Loc loc, const Op op) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (int64_t{blockIdx.x} * kThreads + threadIdx.x) >> 5;
+  const int64_t warps = (int64_t{gridDim.x} * kThreads) >> 5;
+  const int64_t units = loc.num_units();
+  for (int64_t u = warp; u < units; u += warps) loc.visit(op, u, lane);
+}
+
+// Multiprocessors of the current device, read once per device.
+inline int multiprocessor_count() {
+  static int counts[64] = {};
+  const int device = c10::cuda::current_device();
+  if (counts[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return counts[device];
+}
+
+// Launches a persistent grid: as many blocks as fit on the device at once, or fewer
+// when there are fewer units (`max_units` is an upper bound known on the host).
+template <class Loc, class Op>
+void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
+  if (max_units <= 0) return;
+  static const int blocks_per_sm = [] {
+    int blocks = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, ragged_kernel<Loc, Op>, kThreads, 0));
+    return std::max(blocks, 1);
+  }();
+  const int64_t resident = int64_t{multiprocessor_count()} * blocks_per_sm;
+  const int64_t blocks = std::min(resident, (max_units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(loc, op);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Runs `op` over the batch with the locator of `strategy`; `metadata` is what the
+// strategy consumes (a plan, a lookup table, or nothing).
+template <class Op>
+void run_ragged_cuda(const Op& op, Strategy strategy, const at::Tensor& offsets, int64_t num_values,
+                     int64_t block_elems, const at::Tensor& metadata) {
+  const int64_t m = offsets.numel() - 1;
+  if (num_values == 0 || m == 0) return;
+  const TileUnits tiles{num_values, block_elems, (num_values + block_elems - 1) / block_elems};
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  switch (strategy) {
+    case Strategy::Plan:
+    case Strategy::PlanHost:
+      return launch_ragged(PlanLocator{reinterpret_cast<const longlong2*>(metadata.data_ptr<int64_t>())}, op,
+                           metadata.size(0) - 1);
+    case Strategy::BlockSearch:
+      return launch_ragged(BlockSearchLocator{tiles, off, m}, op, tiles.tiles);
+    case Strategy::Search:
+      return launch_ragged(SearchLocator{tiles, off, m}, op, tiles.tiles);
+    case Strategy::Lookup:
+      return launch_ragged(LookupLocator{tiles, metadata.data_ptr<int32_t>(), m}, op, tiles.tiles);
+  }
+}
+
+}  // namespace octopus::cuda

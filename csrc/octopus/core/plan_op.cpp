@@ -1,0 +1,77 @@
+// Schemas and CPU / composite implementations of the layout ops: plans, lookup tables,
+// and layout validation.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "octopus/core/checks.h"
+#include "octopus/core/metadata.h"
+#include "octopus/core/plan.h"
+
+namespace octopus {
+
+at::Tensor build_plan_cpu(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
+  const at::Tensor host_offsets = offsets.contiguous();
+  const int64_t m = host_offsets.numel() - 1;
+  at::Tensor plan = at::empty({plan_rows(num_values, m, block_elems), 2}, offsets.options());
+  build_plan_host(host_offsets.data_ptr<int64_t>(), m, num_values, block_elems, plan.data_ptr<int64_t>());
+  return plan;
+}
+
+at::Tensor build_plan_on_host(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
+  return build_plan_cpu(offsets.to(at::kCPU), num_values, block_elems).to(offsets.device());
+}
+
+at::Tensor build_lookup_table(const at::Tensor& offsets, int64_t num_values) {
+  const int64_t m = offsets.numel() - 1;
+  const at::Tensor ids = at::arange(m, offsets.options().dtype(at::kInt));
+  return at::repeat_interleave(ids, offsets.diff(), 0, num_values);
+}
+
+void check_plan_args(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
+  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, "offsets must be int64, got ", offsets.scalar_type());
+  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1, "offsets must be 1-D [num_items + 1], got shape ",
+                    offsets.sizes());
+  TORCH_CHECK_VALUE(num_values >= 0, "num_values must be non-negative, got ", num_values);
+  TORCH_CHECK_VALUE(offsets.numel() - 1 <= kMaxItems, "at most 2^31 - 1 items are supported");
+  resolve_block_elems(block_elems);
+  TORCH_CHECK_VALUE(block_elems != 0, "block_elems must be given explicitly to octopus.plan");
+}
+
+namespace {
+
+at::Tensor plan_cpu_op(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
+  check_plan_args(offsets, num_values, block_elems);
+  validate_layout(offsets, at::Tensor(), num_values);
+  return build_plan_cpu(offsets, num_values, block_elems);
+}
+
+at::Tensor lookup_table_op(const at::Tensor& offsets, int64_t num_values) {
+  check_plan_args(offsets, num_values, kDefaultBlockElems);
+  return build_lookup_table(offsets, num_values);
+}
+
+void validate_layout_op(const at::Tensor& offsets, const c10::optional<at::Tensor>& sizes, int64_t num_values) {
+  check_plan_args(offsets, num_values, kDefaultBlockElems);
+  if (sizes.has_value()) {
+    TORCH_CHECK_VALUE(sizes->device() == offsets.device(), "sizes must be on the offsets' device (",
+                      offsets.device(), "), got ", sizes->device());
+  }
+  validate_layout(offsets, sizes.value_or(at::Tensor()), num_values);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(octopus, m) {
+  m.def("plan(Tensor offsets, int num_values, int block_elems) -> Tensor");
+  m.def("lookup_table(Tensor offsets, int num_values) -> Tensor");
+  m.def("validate_layout(Tensor offsets, Tensor? sizes, int num_values) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("plan", &plan_cpu_op); }
+
+TORCH_LIBRARY_IMPL(octopus, CompositeExplicitAutograd, m) {
+  m.impl("lookup_table", &lookup_table_op);
+  m.impl("validate_layout", &validate_layout_op);
+}
+
+}  // namespace octopus

@@ -1,0 +1,102 @@
+// The per-item affine functor: out[g] = values[g] * scale[item] + bias[item], with
+// scale/bias per item ([M]) or per item and channel ([M, C], each item being C equal
+// contiguous planes, as [C, H, W] images are). Run by the generic drivers
+// (core/driver_cpu.h, core/driver_cuda.cuh); it knows nothing of how items are found.
+#pragma once
+
+#include <cstdint>
+
+#include "octopus/core/plan.h"
+#include "octopus/core/vec.h"
+
+namespace octopus {
+
+template <typename in_t, typename out_t, typename acc_t, bool kPerChannel>
+struct AffineOp {
+  static constexpr int kVec = 16 / sizeof(in_t);
+  using InVec = Vec<in_t, kVec>;
+  using OutVec = Vec<out_t, kVec>;
+
+  const in_t* __restrict__ in;
+  out_t* __restrict__ out;
+  const acc_t* __restrict__ scale;
+  const acc_t* __restrict__ bias;
+  const int64_t* __restrict__ offsets;
+  int64_t num_values;
+  int64_t channels;  // per-channel form only
+
+  // What the op needs of one item, loaded once per run of its elements.
+  struct Item {
+    acc_t scale, bias;                            // per item
+    const acc_t* __restrict__ scales;             // per channel: this item's C parameters
+    const acc_t* __restrict__ biases;
+    int64_t begin;                                // per channel: first element and plane size
+    int64_t plane;
+  };
+
+  OCTOPUS_HD Item item(int64_t i) const {
+    Item it{};
+    if constexpr (kPerChannel) {
+      // Offsets are clamped so that unvalidated input can never index out of bounds.
+      const int64_t begin = clamp_offset(offsets[i]);
+      const int64_t end = clamp_offset(offsets[i + 1]);
+      it.scales = scale + i * channels;
+      it.biases = bias + i * channels;
+      it.begin = begin;
+      it.plane = end > begin ? (end - begin) / channels : 1;
+      if (it.plane == 0) it.plane = 1;
+    } else {
+      it.scale = scale[i];
+      it.bias = bias[i];
+    }
+    return it;
+  }
+
+  OCTOPUS_HD InVec load(int64_t g) const { return *reinterpret_cast<const InVec*>(in + g); }
+
+  // kVec elements starting at g (a multiple of kVec), all in one item.
+  OCTOPUS_HD void store(const Item& it, int64_t g, const InVec& x) const {
+    OutVec r;
+    if constexpr (kPerChannel) {
+      int64_t c = channel_of(it, g);
+      int64_t next = it.begin + (c + 1) * it.plane;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (g + k >= next && c < channels - 1) {
+          ++c;
+          next += it.plane;
+        }
+        r.v[k] = static_cast<out_t>(static_cast<acc_t>(x.v[k]) * it.scales[c] + it.biases[c]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) r.v[k] = static_cast<out_t>(static_cast<acc_t>(x.v[k]) * it.scale + it.bias);
+    }
+    *reinterpret_cast<OutVec*>(out + g) = r;
+  }
+
+  // One element at any position.
+  OCTOPUS_HD void one(const Item& it, int64_t g) const {
+    const acc_t x = static_cast<acc_t>(in[g]);
+    if constexpr (kPerChannel) {
+      const int64_t c = channel_of(it, g);
+      out[g] = static_cast<out_t>(x * it.scales[c] + it.biases[c]);
+    } else {
+      out[g] = static_cast<out_t>(x * it.scale + it.bias);
+    }
+  }
+
+ private:
+  OCTOPUS_HD int64_t clamp_offset(int64_t o) const { return o < 0 ? 0 : (o > num_values ? num_values : o); }
+
+  OCTOPUS_HD int64_t channel_of(const Item& it, int64_t g) const {
+    const int64_t local = g - it.begin;
+    // 32-bit division where it suffices: it is several times cheaper on the GPU.
+    const int64_t c = (local >> 31) == 0 && (it.plane >> 31) == 0
+                          ? static_cast<int64_t>(static_cast<uint32_t>(local) / static_cast<uint32_t>(it.plane))
+                          : local / it.plane;
+    return c < channels - 1 ? c : channels - 1;
+  }
+};
+
+}  // namespace octopus

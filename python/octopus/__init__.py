@@ -1,0 +1,19 @@
+"""octopus: ragged batches for PyTorch — many variable-size items packed back to back and
+processed by one kernel launch, each CUDA block finding its item from a small plan.
+
+Ops live under ``torch.ops.octopus``; this package adds :class:`RaggedBatch` and Python
+wrappers that pass a batch's cached plan to them.
+"""
+
+from . import _registrations  # noqa: F401  (fake + autograd registrations)
+from ._library import built_with_cuda
+from .ops import affine, plan, plan_blocks
+from .ragged import RaggedBatch
+from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RaggedBatch", "affine", "plan", "plan_blocks", "built_with_cuda",
+    "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
+]

@@ -1,0 +1,70 @@
+"""Fake (meta) implementations and autograd formulas of the native ops, so that they
+trace under ``torch.compile(fullgraph=True)`` and differentiate."""
+
+import torch
+
+from . import _library  # noqa: F401
+
+
+def _out_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype == torch.uint8 else dtype
+
+
+@torch.library.register_fake("octopus::affine")
+def _affine_fake(values, offsets, scale, bias, strategy="plan", block_elems=0, metadata=None, validate=True):
+    torch._check(values.dim() == 1, lambda: "values must be 1-D")
+    torch._check(scale.shape[0] == offsets.shape[0] - 1, lambda: "scale must have num_items rows")
+    torch._check(bias.shape == scale.shape, lambda: "bias must have the same shape as scale")
+    return values.new_empty(values.shape, dtype=_out_dtype(values.dtype))
+
+
+@torch.library.register_fake("octopus::plan")
+def _plan_fake(offsets, num_values, block_elems):
+    return offsets.new_empty((num_values // block_elems + offsets.shape[0], 2))
+
+
+@torch.library.register_fake("octopus::lookup_table")
+def _lookup_table_fake(offsets, num_values):
+    return offsets.new_empty((num_values,), dtype=torch.int32)
+
+
+@torch.library.register_fake("octopus::validate_layout")
+def _validate_layout_fake(offsets, sizes, num_values):
+    return None
+
+
+def item_sums(data: torch.Tensor, offsets: torch.Tensor, channels: int) -> torch.Tensor:
+    """Sum of ``data`` over each item (``[M]``), or over each of an item's ``channels``
+    equal contiguous planes (``[M, C]``)."""
+    m = offsets.shape[0] - 1
+    if channels == 0:
+        return torch.segment_reduce(data, "sum", offsets=offsets, unsafe=True)
+    plane = offsets.diff() // channels
+    starts = offsets[:-1, None] + torch.arange(channels, device=offsets.device) * plane[:, None]
+    plane_offsets = torch.cat([starts.reshape(-1), offsets[-1:]])
+    return torch.segment_reduce(data, "sum", offsets=plane_offsets, unsafe=True).view(m, channels)
+
+
+def _affine_setup_context(ctx, inputs, output):
+    values, offsets, scale, bias, strategy, block_elems, metadata, validate = inputs
+    ctx.strategy, ctx.block_elems = strategy, block_elems
+    ctx.channels = scale.shape[1] if scale.dim() == 2 else 0
+    ctx.save_for_backward(values if ctx.needs_input_grad[2] else None, offsets, scale, metadata)
+
+
+def _affine_backward(ctx, grad):
+    values, offsets, scale, metadata = ctx.saved_tensors
+    grad_values = grad_scale = grad_bias = None
+    if ctx.needs_input_grad[0]:
+        # d(out)/d(values) is the item's scale: the same op with zero bias.
+        grad_values = torch.ops.octopus.affine(grad.contiguous(), offsets, scale, torch.zeros_like(scale),
+                                               ctx.strategy, ctx.block_elems, metadata, False)
+    acc = scale.dtype
+    if ctx.needs_input_grad[2]:
+        grad_scale = item_sums(grad.to(acc) * values.to(acc), offsets, ctx.channels)
+    if ctx.needs_input_grad[3]:
+        grad_bias = item_sums(grad.to(acc), offsets, ctx.channels)
+    return grad_values, None, grad_scale, grad_bias, None, None, None, None
+
+
+torch.library.register_autograd("octopus::affine", _affine_backward, setup_context=_affine_setup_context)

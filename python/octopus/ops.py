@@ -1,0 +1,89 @@
+"""The Python face of the ops: accept a :class:`RaggedBatch` (or plain tensors) and
+call ``torch.ops.octopus.*`` with the batch's cached metadata."""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from . import _registrations  # noqa: F401
+from .ragged import RaggedBatch
+from .strategies import DEFAULT_STRATEGY, check_strategy, resolve_block_elems
+
+ParamLike = Union[torch.Tensor, float, int, None]
+
+
+def _item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor, fill: float) -> torch.Tensor:
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    if value is None:
+        value = fill
+    if isinstance(value, (int, float)):
+        return torch.full((num_items,), float(value), dtype=dtype, device=like.device)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, a number or None, got {type(value).__name__}")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    return value.to(dtype)
+
+
+def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: ParamLike = None, *,
+           offsets: Optional[torch.Tensor] = None, strategy: str = DEFAULT_STRATEGY,
+           block_elems: Optional[int] = None):
+    """``x * scale[item] + bias[item]`` over a ragged batch, in one kernel launch.
+
+    ``scale`` and ``bias`` are per item (``[M]``), per item and channel (``[M, C]``: each
+    item is C equal contiguous planes, as a ``[C, H, W]`` image is), or numbers. Values
+    may be float32, float64, float16, bfloat16 or uint8; uint8 gives float32, the others
+    keep their dtype. Arithmetic is float32 (float64 for float64 values).
+
+    ``x`` is a :class:`RaggedBatch` (returns one, sharing its cached plan) or a 1-D
+    tensor with ``offsets`` (returns a tensor; the offsets are checked on every call).
+    Differentiable with respect to values, scale and bias.
+    """
+    check_strategy(strategy)
+    block_elems = resolve_block_elems(block_elems)
+    if isinstance(x, RaggedBatch):
+        if offsets is not None:
+            raise ValueError("offsets is taken from the RaggedBatch; do not pass it too")
+        m = len(x)
+        s = _item_param(scale, "scale", m, x.values, 1.0)
+        b = _item_param(bias, "bias", m, x.values, 0.0)
+        out = torch.ops.octopus.affine(x.values, x.offsets, s, b, strategy, block_elems,
+                                       x.metadata(strategy, block_elems), False)
+        return x.with_values(out)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a RaggedBatch or a tensor, got {type(x).__name__}")
+    if offsets is None:
+        raise ValueError("offsets is required when x is a plain tensor")
+    m = offsets.shape[0] - 1
+    s = _item_param(scale, "scale", m, x, 1.0)
+    b = _item_param(bias, "bias", m, x, 0.0)
+    return torch.ops.octopus.affine(x, offsets, s, b, strategy, block_elems, None, True)
+
+
+def plan(batch: Union[RaggedBatch, torch.Tensor], block_elems: Optional[int] = None,
+         num_values: Optional[int] = None) -> torch.Tensor:
+    """The block plan of a batch, built on its device (a scan and a fill kernel on CUDA:
+    no host loop, no copy, no synchronization). Cached on a :class:`RaggedBatch`.
+
+    Format (int64 ``[capacity + 1, 2]``): row 0 is ``(count, block_elems)``; row ``1 + j``
+    for ``j < count`` is ``(begin, item << 32 | length)``: block j covers packed elements
+    ``[begin, begin + length)`` of ``item``. :func:`plan_blocks` decodes it.
+    """
+    if isinstance(batch, RaggedBatch):
+        return batch.plan(block_elems)
+    if num_values is None:
+        raise ValueError("num_values is required when batch is an offsets tensor")
+    return torch.ops.octopus.plan(batch, num_values, resolve_block_elems(block_elems))
+
+
+def plan_blocks(plan_tensor: torch.Tensor):
+    """Decodes a plan into ``(item, begin, end)`` int64 tensors of its blocks (on the CPU)."""
+    p = plan_tensor.cpu()
+    count = int(p[0, 0])
+    rows = p[1:1 + count]
+    item = rows[:, 1] >> 32
+    begin = rows[:, 0]
+    end = begin + (rows[:, 1] & 0xFFFFFFFF)
+    return item, begin, end

@@ -1,0 +1,294 @@
+"""``RaggedBatch``: M items of different shapes packed back to back (DESIGN.md section 1)."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _library  # noqa: F401  (registers torch.ops.octopus)
+from .strategies import PLAN_STRATEGIES, TABLE_STRATEGIES, check_strategy, resolve_block_elems
+
+
+class RaggedBatch:
+    """A batch of ``M`` items of different shapes, packed back to back.
+
+    ``values`` is 1-D and holds every item's elements, item after item, each item
+    contiguous in row-major order. ``offsets`` (int64, ``[M + 1]``) gives where each item
+    starts (``offsets[M] == values.numel()``); ``sizes`` (int64, ``[M, D]``) gives each
+    item's own shape. All three live on one device.
+
+    Building a batch from tensors you made yourself checks the layout (on CUDA that reads
+    the offsets on the host once). Block plans and lookup tables are built on demand and
+    cached per (device, block size); batches derived with :meth:`with_values` share them.
+    """
+
+    def __init__(self, values: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor, *, validate: bool = True):
+        if not isinstance(values, torch.Tensor) or values.dim() != 1:
+            raise ValueError(f"values must be a 1-D tensor, got {_describe(values)}")
+        if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64 or offsets.dim() != 1:
+            raise TypeError(f"offsets must be a 1-D int64 tensor, got {_describe(offsets)}")
+        if not isinstance(sizes, torch.Tensor) or sizes.dtype != torch.int64 or sizes.dim() != 2:
+            raise TypeError(f"sizes must be a 2-D int64 tensor [num_items, D], got {_describe(sizes)}")
+        if offsets.numel() != sizes.shape[0] + 1:
+            raise ValueError(
+                f"offsets must have num_items + 1 = {sizes.shape[0] + 1} entries (one more than sizes has rows), "
+                f"got {offsets.numel()}")
+        for name, t in (("offsets", offsets), ("sizes", sizes)):
+            if t.device != values.device:
+                raise ValueError(f"{name} must be on the values' device ({values.device}), got {t.device}")
+        if validate:
+            torch.ops.octopus.validate_layout(offsets, sizes, values.numel())
+        self._values = values
+        self._offsets = offsets
+        self._sizes = sizes
+        self._host_layout: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+        self._metadata: Dict[tuple, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device=None, dtype=None,
+                     item_dim: Optional[int] = None) -> "RaggedBatch":
+        """Packs a list of tensors with the same number of dimensions (``[L]``,
+        ``[H, W]``, ``[C, H, W]``, ...) and any extents. ``item_dim`` is needed only for an
+        empty list (default 1)."""
+        tensors = list(tensors)
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"tensors[{i}] is not a tensor: {type(t).__name__}")
+            if t.dim() == 0:
+                raise ValueError(f"tensors[{i}] is 0-d; items must have at least one dimension")
+            if t.dim() != tensors[0].dim():
+                raise ValueError(f"all items must have the same number of dimensions: tensors[0] has "
+                                 f"{tensors[0].dim()}, tensors[{i}] has {t.dim()}")
+            if t.dtype != tensors[0].dtype:
+                raise TypeError(f"all items must have one dtype: tensors[0] is {tensors[0].dtype}, "
+                                f"tensors[{i}] is {t.dtype}")
+            if t.device != tensors[0].device:
+                raise ValueError(f"all items must be on one device: tensors[0] is on {tensors[0].device}, "
+                                 f"tensors[{i}] on {t.device}")
+        if tensors:
+            device = torch.device(device) if device is not None else tensors[0].device
+            dtype = dtype or tensors[0].dtype
+            d = tensors[0].dim()
+            if item_dim is not None and item_dim != d:
+                raise ValueError(f"item_dim={item_dim} but the items have {d} dimensions")
+        else:
+            device = torch.device(device) if device is not None else torch.device("cpu")
+            dtype = dtype or torch.float32
+            d = item_dim or 1
+        host_sizes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(len(tensors), d)
+        host_offsets = torch.zeros(len(tensors) + 1, dtype=torch.int64)
+        torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
+        if tensors:
+            values = torch.cat([t.reshape(-1) for t in tensors]).to(device=device, dtype=dtype)
+        else:
+            values = torch.empty(0, device=device, dtype=dtype)
+        batch = cls(values, host_offsets.to(device), host_sizes.to(device), validate=False)
+        batch._host_layout = (host_offsets, host_sizes)
+        return batch
+
+    @classmethod
+    def from_nested(cls, nt: torch.Tensor) -> "RaggedBatch":
+        """From a ``torch.nested`` tensor. Jagged layout (items ``[L_i, *rest]``): the
+        values are shared, not copied. Strided layout: its buffer is shared when it is
+        contiguous; otherwise the items are copied."""
+        if not isinstance(nt, torch.Tensor) or not nt.is_nested:
+            raise TypeError(f"from_nested expects a nested tensor, got {_describe(nt)}")
+        if nt.layout == torch.jagged:
+            if nt._ragged_idx != 1 or nt._lengths is not None or not nt.values().is_contiguous():
+                # Holes, or a ragged dimension other than the first: copy item by item.
+                return cls.from_tensors(nt.unbind(), device=nt.device, dtype=nt.dtype, item_dim=nt.dim() - 1)
+            rows = nt.values()
+            rest = tuple(rows.shape[1:])
+            inner = math.prod(rest)
+            row_offsets = nt.offsets().to(torch.int64)
+            if row_offsets[:1].ne(0).any():
+                # A view into a larger buffer: rebase it.
+                rows = rows[int(row_offsets[0]):]
+                row_offsets = row_offsets - row_offsets[0]
+            offsets = row_offsets if inner == 1 else row_offsets * inner
+            lengths = row_offsets.diff().unsqueeze(1)
+            sizes = torch.cat([lengths, torch.tensor(rest, dtype=torch.int64, device=nt.device).expand(
+                lengths.shape[0], len(rest))], dim=1)
+            return cls(rows.reshape(-1), offsets, sizes, validate=False)
+        if not nt.is_contiguous():
+            return cls.from_tensors(nt.unbind(), device=nt.device, dtype=nt.dtype)
+        host_sizes = nt._nested_tensor_size().to(torch.int64)
+        host_offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)
+        torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
+        batch = cls(nt.values(), host_offsets.to(nt.device), host_sizes.to(nt.device), validate=False)
+        batch._host_layout = (host_offsets, host_sizes)
+        return batch
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def values(self) -> torch.Tensor:
+        return self._values
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        return self._offsets
+
+    @property
+    def sizes(self) -> torch.Tensor:
+        return self._sizes
+
+    @property
+    def device(self) -> torch.device:
+        return self._values.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._values.dtype
+
+    @property
+    def item_dim(self) -> int:
+        """D: the number of dimensions of every item."""
+        return self._sizes.shape[1]
+
+    def numel(self) -> int:
+        return self._values.numel()
+
+    def __len__(self) -> int:
+        return self._sizes.shape[0]
+
+    def __repr__(self) -> str:
+        return (f"RaggedBatch(num_items={len(self)}, numel={self.numel()}, item_dim={self.item_dim}, "
+                f"dtype={self.dtype}, device={self.device})")
+
+    def host_layout(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(offsets, sizes) on the CPU; copied once from the device and cached."""
+        if self._host_layout is None:
+            self._host_layout = (self._offsets.cpu(), self._sizes.cpu())
+        return self._host_layout
+
+    def item_shapes(self) -> List[Tuple[int, ...]]:
+        return [tuple(s) for s in self.host_layout()[1].tolist()]
+
+    # ------------------------------------------------------------------ derived batches
+    def with_values(self, values: torch.Tensor) -> "RaggedBatch":
+        """A batch with this layout and new values (same element count); it shares this
+        batch's cached plans and tables."""
+        if not isinstance(values, torch.Tensor) or values.shape != self._values.shape:
+            raise ValueError(f"values must have shape {tuple(self._values.shape)}, got {_describe(values)}")
+        if values.device != self.device:
+            raise ValueError(f"values must be on {self.device}, got {values.device}")
+        out = RaggedBatch(values, self._offsets, self._sizes, validate=False)
+        out._host_layout = self._host_layout
+        out._metadata = self._metadata
+        return out
+
+    def to(self, device=None, dtype=None, non_blocking: bool = False) -> "RaggedBatch":
+        device = torch.device(device) if device is not None else self.device
+        values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
+        if device == self.device:
+            return self.with_values(values)
+        out = RaggedBatch(values, self._offsets.to(device, non_blocking=non_blocking),
+                          self._sizes.to(device, non_blocking=non_blocking), validate=False)
+        out._host_layout = self._host_layout
+        return out
+
+    def cuda(self, device=None) -> "RaggedBatch":
+        return self.to(device if device is not None else "cuda")
+
+    def cpu(self) -> "RaggedBatch":
+        return self.to("cpu")
+
+    # ------------------------------------------------------------------ metadata
+    def metadata(self, strategy: str = "plan", block_elems: Optional[int] = None) -> Optional[torch.Tensor]:
+        """What ``strategy`` reads to find items in this batch: a block plan (``plan``,
+        ``plan_host``), the per-element item table (``lookup``), or None. Built once per
+        (strategy kind, device, block size) and cached."""
+        check_strategy(strategy)
+        block_elems = resolve_block_elems(block_elems)
+        if strategy in PLAN_STRATEGIES:
+            key = ("plan", self.device, block_elems)
+            if key not in self._metadata:
+                offsets = self._offsets if strategy == "plan" else self.host_layout()[0]
+                plan = torch.ops.octopus.plan(offsets, self.numel(), block_elems)
+                self._metadata[key] = plan.to(self.device)
+            return self._metadata[key]
+        if strategy in TABLE_STRATEGIES:
+            key = ("lookup", self.device)
+            if key not in self._metadata:
+                self._metadata[key] = torch.ops.octopus.lookup_table(self._offsets, self.numel())
+            return self._metadata[key]
+        return None
+
+    def plan(self, block_elems: Optional[int] = None) -> torch.Tensor:
+        """The block plan, built on this batch's device (see :func:`octopus.plan`)."""
+        return self.metadata("plan", block_elems)
+
+    # ------------------------------------------------------------------ conversions
+    def unbind(self) -> List[torch.Tensor]:
+        """The items as views of ``values``, each in its own shape."""
+        offsets, sizes = self.host_layout()
+        o = offsets.tolist()
+        return [self._values[o[i]:o[i + 1]].view(s) for i, s in enumerate(sizes.tolist())]
+
+    def to_padded(self, pad_value: float = 0.0, max_size: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """A dense ``[M, *max_shape]`` tensor, each item in the leading corner, the rest
+        ``pad_value``. ``max_size`` (one extent per item dimension) fixes the padded shape;
+        items larger than it are cropped."""
+        m, d = len(self), self.item_dim
+        if max_size is None:
+            max_shape = self.host_layout()[1].amax(dim=0).tolist() if m else [0] * d
+        else:
+            max_shape = [int(s) for s in max_size]
+            if len(max_shape) != d or any(s < 0 for s in max_shape):
+                raise ValueError(f"max_size must have {d} non-negative extents, got {list(max_size)}")
+        out = torch.full((m, *max_shape), pad_value, dtype=self.dtype, device=self.device)
+        if self.numel() == 0 or out.numel() == 0:
+            return out
+        ids, coords = self._element_coordinates()
+        keep = torch.ones_like(ids, dtype=torch.bool)
+        dest = ids * math.prod(max_shape)
+        stride = 1
+        for k in range(d - 1, -1, -1):
+            keep &= coords[k] < max_shape[k]
+            dest += coords[k] * stride
+            stride *= max_shape[k]
+        out.view(-1)[dest[keep]] = self._values[keep]
+        return out
+
+    def to_nested(self, layout: Optional[torch.layout] = None) -> torch.Tensor:
+        """A ``torch.nested`` tensor. Jagged layout (the default where every item has the
+        same extents past the first) shares the values; strided layout copies."""
+        shapes = self.item_shapes()
+        rest = {s[1:] for s in shapes}
+        jagged_ok = len(rest) <= 1
+        if layout is None:
+            layout = torch.jagged if jagged_ok and len(self) > 0 else torch.strided
+        if layout == torch.jagged:
+            if not jagged_ok:
+                raise ValueError("layout=torch.jagged needs every item to have the same extents past the first; "
+                                 "these items differ in more than one dimension (use layout=torch.strided)")
+            tail = next(iter(rest)) if rest else ()
+            inner = math.prod(tail)
+            rows = self._values.view(-1, *tail)
+            row_offsets = self._offsets if inner == 1 else self._offsets // inner
+            return torch.nested.nested_tensor_from_jagged(rows, offsets=row_offsets)
+        if layout == torch.strided:
+            return torch.nested.nested_tensor(self.unbind(), layout=torch.strided)
+        raise ValueError(f"layout must be torch.jagged or torch.strided, got {layout}")
+
+    def _element_coordinates(self) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """Item id and per-dimension coordinates of every element (on the device)."""
+        n, m = self.numel(), len(self)
+        lengths = self._offsets.diff()
+        ids = torch.repeat_interleave(torch.arange(m, device=self.device), lengths, output_size=n)
+        local = torch.arange(n, device=self.device) - self._offsets[ids]
+        item_sizes = self._sizes[ids]
+        coords = [None] * self.item_dim
+        for k in range(self.item_dim - 1, -1, -1):
+            coords[k] = local % item_sizes[:, k].clamp_min(1)
+            local = local // item_sizes[:, k].clamp_min(1)
+        return ids, coords
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{'nested ' if x.is_nested else ''}tensor of dtype {x.dtype} and shape {tuple(x.shape)}"
+    return type(x).__name__
