@@ -1,0 +1,100 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "octopus/core/plan.h"
+
+namespace {
+
+struct Built {
+  std::vector<int64_t> plan;
+  int64_t count;
+};
+
+Built build(const std::vector<int64_t>& offsets, int64_t block_elems) {
+  const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
+  const int64_t n = offsets.back();
+  Built b{std::vector<int64_t>(2 * octopus::plan_rows(n, m, block_elems), -1), 0};
+  b.count = octopus::build_plan_host(offsets.data(), m, n, block_elems, b.plan.data());
+  return b;
+}
+
+// Every element covered exactly once, no block crosses an item, no block exceeds the
+// block size, blocks in order, header right, unused rows zeroed.
+void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems) {
+  const Built b = build(offsets, block_elems);
+  const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
+  const int64_t n = offsets.back();
+  ASSERT_EQ(b.plan[0], b.count);
+  ASSERT_EQ(b.plan[1], block_elems);
+  ASSERT_LE(b.count, octopus::plan_capacity(n, m, block_elems));
+  int64_t next = 0;  // blocks tile [0, n) in order
+  int64_t expected_blocks = 0;
+  for (int64_t i = 0; i < m; ++i) expected_blocks += octopus::blocks_for(offsets[i + 1] - offsets[i], block_elems);
+  EXPECT_EQ(b.count, expected_blocks);
+  for (int64_t j = 0; j < b.count; ++j) {
+    const int64_t begin = b.plan[2 * (j + 1)];
+    const int64_t item = octopus::block_item(b.plan[2 * (j + 1) + 1]);
+    const int64_t len = octopus::block_length(b.plan[2 * (j + 1) + 1]);
+    ASSERT_EQ(begin, next) << "block " << j;
+    ASSERT_GT(len, 0);
+    ASSERT_LE(len, block_elems);
+    ASSERT_GE(item, 0);
+    ASSERT_LT(item, m);
+    ASSERT_GE(begin, offsets[item]);
+    ASSERT_LE(begin + len, offsets[item + 1]) << "block " << j << " crosses item " << item;
+    next = begin + len;
+  }
+  EXPECT_EQ(next, n);
+  for (size_t k = 2 * (b.count + 1); k < b.plan.size(); ++k) ASSERT_EQ(b.plan[k], 0);
+}
+
+TEST(Plan, EmptyBatch) {
+  const Built b = build({0}, 64);
+  EXPECT_EQ(b.count, 0);
+  EXPECT_EQ(b.plan.size(), 2u);
+}
+
+TEST(Plan, EmptyItemsGetNoBlocks) {
+  expect_valid_plan({0, 0, 0, 5, 5, 9, 9}, 4);
+  EXPECT_EQ(build({0, 0, 0}, 16).count, 0);
+}
+
+TEST(Plan, OneItemSplitIntoBlocks) {
+  const Built b = build({0, 10}, 4);
+  ASSERT_EQ(b.count, 3);
+  EXPECT_EQ(octopus::block_length(b.plan[3]), 4);
+  EXPECT_EQ(octopus::block_length(b.plan[7]), 2);
+  expect_valid_plan({0, 10}, 4);
+  expect_valid_plan({0, 12}, 4);
+}
+
+TEST(Plan, RandomBatches) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int m = static_cast<int>(rng() % 300);
+    std::vector<int64_t> offsets{0};
+    for (int i = 0; i < m; ++i) {
+      const int kind = static_cast<int>(rng() % 4);
+      const int64_t len = kind == 0 ? 0 : kind == 1 ? int64_t(rng() % 5) : int64_t(rng() % 5000);
+      offsets.push_back(offsets.back() + len);
+    }
+    const int64_t block = int64_t{16} << (rng() % 8);
+    expect_valid_plan(offsets, block);
+  }
+}
+
+TEST(Plan, ElementCountsPast2To31) {
+  // Offsets alone: a plan for 3 items totalling ~6.4e9 elements, built without the data.
+  const int64_t big = (int64_t{1} << 32) + 123;
+  expect_valid_plan({0, big, big + 7, big + 7 + (int64_t{1} << 31)}, int64_t{1} << 28);
+}
+
+TEST(Plan, CapacityBoundIsTight) {
+  // n / b full blocks plus one partial block per item is reached exactly.
+  const std::vector<int64_t> offsets{0, 5, 10, 15};
+  EXPECT_EQ(build(offsets, 4).count, octopus::plan_capacity(15, 3, 4) - 0);
+}
+
+}  // namespace
