@@ -22,7 +22,9 @@ namespace octopus::cuda {
 
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr int kUnroll = 4;  // vectors in flight per lane
+// Vectors in flight per lane: the functor's choice (Op::kUnroll, what fits its registers
+// without spilling); per-element locators hold an item index per vector, so at most 4.
+constexpr int kMaxUnrollPerElement = 4;
 
 __host__ __device__ __forceinline__ int64_t clamp_index(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
 
@@ -41,6 +43,7 @@ __device__ __forceinline__ int64_t find_item(const int64_t* __restrict__ offsets
 template <class Op>
 __device__ __forceinline__ void run_segment(const Op& op, int64_t item, int64_t g0, int64_t g1, int lane) {
   constexpr int V = Op::kVec;
+  constexpr int kUnroll = Op::kUnroll;
   const int64_t a0 = (g0 + V - 1) / V * V;
   const int64_t a1 = g1 / V * V;
   const auto it = op.item(item);
@@ -71,6 +74,7 @@ template <class Loc, class Op>
 __device__ __forceinline__ void run_tile_per_element(const Loc& loc, const Op& op, int64_t t0, int64_t t1,
                                                      int lane) {
   constexpr int V = Op::kVec;
+  constexpr int kUnroll = Op::kUnroll < kMaxUnrollPerElement ? Op::kUnroll : kMaxUnrollPerElement;
   const int64_t a1 = t0 + (t1 - t0) / V * V;
   for (int64_t base = t0 + int64_t{lane} * V; base < a1; base += int64_t{32} * V * kUnroll) {
     typename Op::InVec x[kUnroll];
@@ -100,18 +104,21 @@ __device__ __forceinline__ void run_tile_per_element(const Loc& loc, const Op& o
 // `plan` and `plan_host`: unit j is plan block j; one 16-byte load says where it is.
 struct PlanLocator {
   const longlong2* __restrict__ rows;  // row 0: (count, block_elems)
+  using Unit = longlong2;
   __device__ __forceinline__ int64_t num_units() const { return __ldg(&rows[0].x); }
+  __device__ __forceinline__ Unit unit(int64_t u) const { return __ldg(rows + 1 + u); }
   template <class Op>
-  __device__ __forceinline__ void visit(const Op& op, int64_t u, int lane) const {
-    const longlong2 r = __ldg(rows + 1 + u);
+  __device__ __forceinline__ void visit(const Op& op, const Unit& r, int lane) const {
     run_segment(op, block_item(r.y), r.x, r.x + block_length(r.y), lane);
   }
 };
 
 // Units are fixed tiles of the packed buffer.
 struct TileUnits {
+  using Unit = int64_t;
   int64_t num_values, tile, tiles;
   __device__ __forceinline__ int64_t num_units() const { return tiles; }
+  __device__ __forceinline__ Unit unit(int64_t u) const { return u; }
   __device__ __forceinline__ int64_t begin(int64_t u) const { return u * tile; }
   __device__ __forceinline__ int64_t end(int64_t u) const { return min(u * tile + tile, num_values); }
 };
@@ -162,7 +169,14 @@ __global__ void __launch_bounds__(kThreads, 4) ragged_kernel(const Loc loc, cons
   const int64_t warp = (int64_t{blockIdx.x} * kThreads + threadIdx.x) >> 5;
   const int64_t warps = (int64_t{gridDim.x} * kThreads) >> 5;
   const int64_t units = loc.num_units();
-  for (int64_t u = warp; u < units; u += warps) loc.visit(op, u, lane);
+  if (warp >= units) return;
+  // The next unit's description is fetched while this one is processed.
+  typename Loc::Unit current = loc.unit(warp);
+  for (int64_t u = warp; u < units; u += warps) {
+    const typename Loc::Unit next = u + warps < units ? loc.unit(u + warps) : current;
+    loc.visit(op, current, lane);
+    current = next;
+  }
 }
 
 // Multiprocessors of the current device, read once per device.
