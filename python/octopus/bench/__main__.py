@@ -15,21 +15,21 @@ import octopus
 
 from . import affine
 
-COLUMNS = [("method", "{:<26}"), ("setup_ms", "{:>9.3f}"), ("h2d_ms", "{:>8.3f}"), ("metadata_mb", "{:>10.2f}"),
+COLUMNS = [("method", "{:<28}"), ("setup_ms", "{:>9.3f}"), ("h2d_ms", "{:>8.3f}"), ("metadata_mb", "{:>10.2f}"),
            ("kernel_ms", "{:>10.3f}"), ("gbs", "{:>8.0f}"), ("pct_copy", "{:>7.1f}%")]
 
 
 def format_table(result) -> str:
     lines = []
     shape = None
-    header = "{:<26}{:>9}{:>8}{:>10}{:>10}{:>8}{:>8}".format("method", "setup ms", "H2D ms", "meta MB",
+    header = "{:<28}{:>9}{:>8}{:>10}{:>10}{:>8}{:>8}".format("method", "setup ms", "H2D ms", "meta MB",
                                                           "kernel ms", "GB/s", "% copy")
     for r in result["rows"]:
         if r["shape"] != shape:
             shape = r["shape"]
             lines += ["", f"{shape}: {r['items']} items, {r['elements']} elements (fp32)", header]
         if "kernel_ms" not in r:
-            lines.append("{:<26}  {}".format(r["method"], r["note"]))
+            lines.append("{:<28}  {}".format(r["method"], r["note"]))
             continue
         lines.append("".join(fmt.format(r[key]) for key, fmt in COLUMNS))
     return "\n".join(lines)
@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="octopus-bench", description=__doc__)
     parser.add_argument("--shapes", nargs="+", default=list(affine.SHAPES), choices=list(affine.SHAPES))
     parser.add_argument("--strategies", nargs="+", default=list(octopus.STRATEGIES), choices=list(octopus.STRATEGIES))
+    parser.add_argument("--block-elems", nargs="+", type=int, default=[octopus.DEFAULT_BLOCK_ELEMS],
+                        help="elements per plan block / tile (several values: a sweep)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default=None, help="write the raw measurements here")
@@ -69,7 +71,10 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
-    result = affine.run(device, args.shapes, args.strategies, scale_down, args.repeats)
+    for b in args.block_elems:
+        if b <= 0 or b % 16 or b > 2**30:
+            parser.error(f"--block-elems must be positive multiples of 16 up to 2^30, got {b}")
+    result = affine.run(device, args.shapes, args.strategies, scale_down, args.repeats, args.block_elems)
     result.update(environment(device), benchmark="affine", scale_down=scale_down)
     print(f"affine on {result['device']} (torch {result['torch']}); "
           f"measured copy bandwidth {result['copy_gbs']:.0f} GB/s (read + write)")

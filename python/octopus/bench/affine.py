@@ -42,7 +42,7 @@ def make_batch(shape: str, items: int, device: torch.device, seed: int = 0) -> o
 
 
 def bench_shape(shape: str, items: int, device: torch.device, strategies: List[str], copy_gbs: float,
-                repeats: int, loop_items_max: int) -> List[Dict]:
+                repeats: int, loop_items_max: int, block_sizes: List[int]) -> List[Dict]:
     batch = make_batch(shape, items, device)
     n, m = batch.numel(), len(batch)
     g = torch.Generator().manual_seed(1)
@@ -60,8 +60,7 @@ def bench_shape(shape: str, items: int, device: torch.device, strategies: List[s
     out = torch.empty_like(batch.values)
     row("copy (ceiling)", median_ms(lambda: out.copy_(batch.values), device, repeats=repeats))
     values, offsets = batch.values, batch.offsets
-    for strategy in strategies:
-        block = octopus.DEFAULT_BLOCK_ELEMS
+    for strategy, block in [(s, b) for s in strategies for b in block_sizes]:
         h2d_ms = 0.0
         if strategy == "plan":
             setup = median_ms(lambda: torch.ops.octopus.plan(offsets, n, block), device, repeats=repeats)
@@ -78,7 +77,9 @@ def bench_shape(shape: str, items: int, device: torch.device, strategies: List[s
         meta_mb = meta.numel() * meta.element_size() / 1e6 if meta is not None else 0.0
         kernel = median_ms(lambda: torch.ops.octopus.affine(values, offsets, scale, bias, strategy, block, meta, False),
                            device, repeats=repeats)
-        row(f"octopus {strategy}", kernel, setup, h2d_ms, meta_mb)
+        label = f"octopus {strategy}" + (f" b={block}" if len(block_sizes) > 1 else "")
+        row(label, kernel, setup, h2d_ms, meta_mb)
+        rows[-1]["block_elems"] = block
         # Check the result once against the search strategy's (independent item finding).
         if strategy != "search":
             ref = torch.ops.octopus.affine(values, offsets, scale, bias, "search", block, None, False)
@@ -114,13 +115,14 @@ def bench_shape(shape: str, items: int, device: torch.device, strategies: List[s
     return rows
 
 
-def run(device: torch.device, shapes: List[str], strategies: List[str], scale_down: int, repeats: int) -> Dict:
+def run(device: torch.device, shapes: List[str], strategies: List[str], scale_down: int, repeats: int,
+        block_sizes: List[int]) -> Dict:
     copy_gbs = copy_bandwidth_gbs(device, 2 << 30 if device.type == "cuda" else 256 << 20)
     rows = []
     for shape in shapes:
         items = max(1, SHAPES[shape][0] // scale_down)
         rows += bench_shape(shape, items, device, strategies, copy_gbs, repeats,
-                            loop_items_max=10_000 // scale_down)
+                            loop_items_max=10_000 // scale_down, block_sizes=block_sizes)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return dict(copy_gbs=copy_gbs, rows=rows)
