@@ -191,10 +191,7 @@ def test_cuda_graph_capture_and_replay(strategy):
     batch = random_batch(mixed_images(50, seed=11), torch.device("cuda"))
     scale, bias = params(len(batch), None, "cuda", torch.float32)
     values = batch.values.clone()
-    pass_metadata = strategy != "plan_host"  # building a plan on the host cannot be captured
-    meta = batch.metadata(strategy) if pass_metadata else None
-    if not pass_metadata:
-        meta = batch.metadata(strategy)
+    meta = batch.metadata(strategy)  # built before capture: a host-built plan cannot be captured
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):  # warm-up outside capture
         torch.ops.octopus.affine(values, batch.offsets, scale, bias, strategy, 0, meta, True)

@@ -19,10 +19,9 @@ AffineArgs prepare_affine(const at::Tensor& values, const at::Tensor& offsets, c
   const at::ScalarType param_dtype = param_dtype_for(values.scalar_type());
   dispatch_values_dtype(values.scalar_type(), [](auto) {});  // rejects unsupported dtypes
   a.channels = check_item_params(scale, "scale", m, param_dtype, values.device());
-  const int64_t bias_channels = check_item_params(bias, "bias", m, param_dtype, values.device());
+  check_item_params(bias, "bias", m, param_dtype, values.device());
   TORCH_CHECK_VALUE(bias.sizes() == scale.sizes(), "bias must have the same shape as scale (", scale.sizes(),
                     "), got ", bias.sizes());
-  (void)bias_channels;
   if (validate_contents) {
     validate_layout(offsets, at::Tensor(), values.numel());
     if (a.channels > 0) validate_channel_planes(offsets, a.channels, "scale");
