@@ -31,7 +31,7 @@ void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems)
   ASSERT_LE(b.count, octopus::plan_capacity(n, m, block_elems));
   int64_t next = 0;  // blocks tile [0, n) in order
   int64_t expected_blocks = 0;
-  for (int64_t i = 0; i < m; ++i) expected_blocks += octopus::blocks_for(offsets[i + 1] - offsets[i], block_elems);
+  for (int64_t i = 0; i < m; ++i) expected_blocks += octopus::blocks_for(offsets[i], offsets[i + 1], block_elems);
   EXPECT_EQ(b.count, expected_blocks);
   for (int64_t j = 0; j < b.count; ++j) {
     const int64_t begin = b.plan[2 * (j + 1)];
@@ -44,6 +44,9 @@ void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems)
     ASSERT_LT(item, m);
     ASSERT_GE(begin, offsets[item]);
     ASSERT_LE(begin + len, offsets[item + 1]) << "block " << j << " crosses item " << item;
+    // Only an item's first block may start off a block_elems boundary.
+    if (begin != offsets[item]) ASSERT_EQ(begin % block_elems, 0) << "block " << j;
+    ASSERT_EQ(begin / block_elems, (begin + len - 1) / block_elems) << "block " << j << " spans a boundary";
     next = begin + len;
   }
   EXPECT_EQ(next, n);
@@ -59,6 +62,14 @@ TEST(Plan, EmptyBatch) {
 TEST(Plan, EmptyItemsGetNoBlocks) {
   expect_valid_plan({0, 0, 0, 5, 5, 9, 9}, 4);
   EXPECT_EQ(build({0, 0, 0}, 16).count, 0);
+}
+
+TEST(Plan, BlocksAlignToTheBuffer) {
+  // Item [5, 19) with blocks of 4: cut at 8, 12, 16.
+  const Built b = build({0, 5, 19}, 4);
+  ASSERT_EQ(b.count, 2 + 4);
+  const int64_t starts[] = {0, 4, 5, 8, 12, 16};
+  for (int j = 0; j < 6; ++j) EXPECT_EQ(b.plan[2 * (j + 1)], starts[j]);
 }
 
 TEST(Plan, OneItemSplitIntoBlocks) {

@@ -24,7 +24,7 @@ struct BlockCount {
   __host__ __device__ int64_t operator()(int64_t i) const {
     const int64_t b = cuda::clamp_index(offsets[i], num_values);
     const int64_t e = cuda::clamp_index(offsets[i + 1], num_values);
-    return blocks_for(e - b, block_elems);
+    return blocks_for(b, e, block_elems);
   }
 };
 
@@ -52,8 +52,9 @@ __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int6
   const int64_t first_block = lo > 0 ? block_end[lo - 1] : 0;
   const int64_t item_begin = cuda::clamp_index(offsets[lo], num_values);
   const int64_t item_end = cuda::clamp_index(offsets[lo + 1], num_values);
-  const int64_t begin = item_begin + (j - first_block) * block_elems;
-  plan[row] = make_longlong2(begin, pack_block(lo, min(block_elems, item_end - begin)));
+  const int64_t begin = block_begin(item_begin, j - first_block, block_elems);
+  const int64_t end = min(item_end, (begin / block_elems + 1) * block_elems);
+  plan[row] = make_longlong2(begin, pack_block(lo, end - begin));
 }
 
 at::Tensor plan_cuda_op(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
@@ -69,21 +70,26 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   const int64_t m = offsets.numel() - 1;
   const int64_t rows = plan_rows(num_values, m, block_elems);
   at::Tensor plan = at::empty({rows, 2}, offsets.options());
-  at::Tensor block_end = at::empty({std::max<int64_t>(m, 1)}, offsets.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const auto counts = thrust::make_transform_iterator(
+      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), num_values, block_elems});
+  // One scratch allocation: the scanned block counts, then CUB's temporary storage.
+  size_t temp_bytes = 0;
   if (m > 0) {
-    const auto counts = thrust::make_transform_iterator(
-        thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), num_values, block_elems});
-    size_t temp_bytes = 0;
-    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, counts, block_end.data_ptr<int64_t>(), m,
+    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, counts, static_cast<int64_t*>(nullptr), m,
                                                  stream));
-    at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, offsets.options().dtype(at::kByte));
-    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.data_ptr(), temp_bytes, counts,
-                                                 block_end.data_ptr<int64_t>(), m, stream));
+  }
+  const int64_t scan_words = std::max<int64_t>(m, 1);
+  at::Tensor scratch =
+      at::empty({scan_words + static_cast<int64_t>((temp_bytes + 7) / 8)}, offsets.options());
+  int64_t* block_end = scratch.data_ptr<int64_t>();
+  if (m > 0) {
+    C10_CUDA_CHECK(
+        cub::DeviceScan::InclusiveSum(block_end + scan_words, temp_bytes, counts, block_end, m, stream));
   }
   constexpr int kFillThreads = 256;
   fill_plan_kernel<<<static_cast<unsigned>((rows + kFillThreads - 1) / kFillThreads), kFillThreads, 0, stream>>>(
-      offsets.data_ptr<int64_t>(), block_end.data_ptr<int64_t>(), m, num_values, block_elems, rows,
+      offsets.data_ptr<int64_t>(), block_end, m, num_values, block_elems, rows,
       reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return plan;

@@ -6,7 +6,9 @@
 //   row 1 + j      (begin, item << 32 | length) for block j < count: the block covers the
 //                  packed elements [begin, begin + length) of item `item`.
 // Blocks never cross items, hold at most block_elems elements, cover every element once,
-// and are ordered by begin. Empty items get no block. The row count is an upper bound
+// and are ordered by begin. Empty items get no block. Inside an item, blocks are cut at the
+// multiples of block_elems of the packed buffer, so every block but an item's first and
+// last starts on a block_elems boundary: memory accesses stay aligned whatever the offsets. The row count is an upper bound
 // known on the host (capacity), so a plan can be built on the device with no
 // synchronization: the true count lives in row 0 and the kernels read it there.
 #pragma once
@@ -38,8 +40,14 @@ OCTOPUS_HD int64_t plan_rows(int64_t num_values, int64_t num_items, int64_t bloc
 OCTOPUS_HD int64_t pack_block(int64_t item, int64_t length) { return (item << 32) | length; }
 OCTOPUS_HD int64_t block_item(int64_t packed) { return packed >> 32; }
 OCTOPUS_HD int64_t block_length(int64_t packed) { return packed & 0xffffffffLL; }
-OCTOPUS_HD int64_t blocks_for(int64_t length, int64_t block_elems) {
-  return length > 0 ? (length + block_elems - 1) / block_elems : 0;
+// Blocks of the item [begin, end): one per multiple-of-block_elems window it touches.
+OCTOPUS_HD int64_t blocks_for(int64_t begin, int64_t end, int64_t block_elems) {
+  return end > begin ? (end - 1) / block_elems - begin / block_elems + 1 : 0;
+}
+
+// Start of block k (0-based) of the item [begin, end).
+OCTOPUS_HD int64_t block_begin(int64_t begin, int64_t k, int64_t block_elems) {
+  return k == 0 ? begin : (begin / block_elems + k) * block_elems;
 }
 
 // Builds a plan on the host into `plan` (2 * plan_rows(...) words) from valid offsets

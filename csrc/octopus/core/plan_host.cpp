@@ -11,9 +11,11 @@ int64_t build_plan_host(const int64_t* offsets, int64_t num_items, int64_t num_v
   int64_t* row = plan + 2;
   for (int64_t item = 0; item < num_items; ++item) {
     const int64_t end = offsets[item + 1];
-    for (int64_t begin = offsets[item]; begin < end; begin += block_elems) {
+    for (int64_t begin = offsets[item]; begin < end;) {
+      const int64_t next = std::min(end, (begin / block_elems + 1) * block_elems);
       row[0] = begin;
-      row[1] = pack_block(item, std::min(block_elems, end - begin));
+      row[1] = pack_block(item, next - begin);
+      begin = next;
       row += 2;
       ++count;
     }
