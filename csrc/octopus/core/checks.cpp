@@ -48,11 +48,16 @@ void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offset
                     " items; at most 2^31 - 1 are supported");
 }
 
-void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values) {
+void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values, int64_t channels,
+                     const char* channels_name) {
   const at::Tensor host_offsets = offsets.to(at::kCPU).contiguous();
   const int64_t m = host_offsets.numel() - 1;
   std::string error = check_offsets(host_offsets.data_ptr<int64_t>(), m, num_values);
   TORCH_CHECK_VALUE(error.empty(), error);
+  if (channels > 0) {
+    error = check_channel_planes(host_offsets.data_ptr<int64_t>(), m, channels, channels_name);
+    TORCH_CHECK_VALUE(error.empty(), error);
+  }
   if (!sizes.defined()) return;
   TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
   TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m, "sizes must have shape [num_items, D] = [", m,
@@ -73,13 +78,6 @@ int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num
                     param.sizes());
   TORCH_CHECK_VALUE(param.dim() == 1 || param.size(1) >= 1, name, " has zero channels");
   return param.dim() == 2 ? param.size(1) : 0;
-}
-
-void validate_channel_planes(const at::Tensor& offsets, int64_t channels, const char* name) {
-  const at::Tensor host_offsets = offsets.to(at::kCPU).contiguous();
-  const std::string error =
-      check_channel_planes(host_offsets.data_ptr<int64_t>(), host_offsets.numel() - 1, channels, name);
-  TORCH_CHECK_VALUE(error.empty(), error);
 }
 
 void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy, const at::Tensor& offsets,

@@ -21,16 +21,16 @@ int64_t resolve_block_elems(int64_t block_elems);
 // values: 1-D; offsets: int64, 1-D, at least one entry, on values' device, fewer than 2^31 items.
 void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offsets);
 
-// Full check of offsets' contents against n values (and of sizes, when defined); copies
-// device tensors to the host, so on CUDA it synchronizes.
-void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values);
+// Full check of offsets' contents against n values, of sizes when defined, and, when
+// `channels` > 0, that every item's length divides into that many planes (the per-channel
+// parameters named `channels_name`). One copy of the offsets to the host, so on CUDA it
+// synchronizes once.
+void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values, int64_t channels = 0,
+                     const char* channels_name = "scale");
 
 // Per-item parameters: [M] or [M, C], `dtype`, on `device`. Returns C (0 for [M]).
 int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num_items, at::ScalarType dtype,
                           const at::Device& device);
-
-// Every item's length divisible by `channels` (host copy of offsets, synchronizes on CUDA).
-void validate_channel_planes(const at::Tensor& offsets, int64_t channels, const char* name);
 
 // The metadata tensor a strategy consumes (a plan, or a lookup table), checked against
 // the batch it is used with. Strategies that need none reject one.

@@ -7,10 +7,10 @@
 //                  packed elements [begin, begin + length) of item `item`.
 // Blocks never cross items, hold at most block_elems elements, cover every element once,
 // and are ordered by begin. Empty items get no block. Inside an item, blocks are cut at the
-// multiples of block_elems of the packed buffer, so every block but an item's first and
-// last starts on a block_elems boundary: memory accesses stay aligned whatever the offsets. The row count is an upper bound
-// known on the host (capacity), so a plan can be built on the device with no
-// synchronization: the true count lives in row 0 and the kernels read it there.
+// multiples of block_elems of the packed buffer, so every block but an item's first starts
+// on a block_elems boundary: memory accesses stay aligned whatever the offsets.
+// The row count is an upper bound known on the host (capacity), so a plan can be built on
+// the device with no synchronization: the true count lives in row 0 and the kernels read it.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ OCTOPUS_HD int64_t blocks_for(int64_t begin, int64_t end, int64_t block_elems) {
   return end > begin ? (end - 1) / block_elems - begin / block_elems + 1 : 0;
 }
 
-// Start of block k (0-based) of the item [begin, end).
+// Start of block k (0-based) of the item that starts at `begin`.
 OCTOPUS_HD int64_t block_begin(int64_t begin, int64_t k, int64_t block_elems) {
   return k == 0 ? begin : (begin / block_elems + k) * block_elems;
 }

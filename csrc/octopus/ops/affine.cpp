@@ -22,10 +22,7 @@ AffineArgs prepare_affine(const at::Tensor& values, const at::Tensor& offsets, c
   check_item_params(bias, "bias", m, param_dtype, values.device());
   TORCH_CHECK_VALUE(bias.sizes() == scale.sizes(), "bias must have the same shape as scale (", scale.sizes(),
                     "), got ", bias.sizes());
-  if (validate_contents) {
-    validate_layout(offsets, at::Tensor(), values.numel());
-    if (a.channels > 0) validate_channel_planes(offsets, a.channels, "scale");
-  }
+  if (validate_contents) validate_layout(offsets, at::Tensor(), values.numel(), a.channels, "scale");
   a.values = kernel_ready(values);
   a.offsets = offsets.contiguous();
   a.scale = scale.contiguous();
