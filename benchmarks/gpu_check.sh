@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU and torch installed: build octopus, run the whole test
-# suite (the CUDA tests included), then the affine benchmark. Logs and the benchmark's
-# JSON go to the directory given (default: benchmarks/results).
+# suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
+# the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
+# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler").
+# Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
+# /usr/src/googletest from Debian's libgtest-dev).
 set -uo pipefail
 out=${1:-benchmarks/results}
+benches=${BENCHES:-affine scheduler}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
@@ -11,6 +15,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
 python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -n 20 | tee "$out/build.log" || status=1
 python3 -m pytest tests/python -q -ra 2>&1 | tail -n 60 | tee "$out/pytest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-name="affine_$(python3 -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())')_$(date -u +%Y%m%d).json"
-python3 -m octopus.bench --json "$out/$name" 2>&1 | tee "$out/bench.log" || status=1
+gtest=()
+[ -d .gtest ] && gtest=(-DOCTOPUS_GTEST_SOURCE="$PWD/.gtest")
+{ cmake -S tests/cpp -B build/cpp -G Ninja "${gtest[@]}" >/dev/null && cmake --build build/cpp >/dev/null \
+  && ctest --test-dir build/cpp --output-on-failure; } 2>&1 | tail -n 40 | tee "$out/ctest.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+gpu=$(python3 -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())')
+day=$(date -u +%Y%m%d)
+for bench in $benches; do
+  case $bench in
+    affine) python3 -m octopus.bench --json "$out/affine_${gpu}_${day}.json" ;;
+    scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
+    *) echo "unknown benchmark $bench"; false ;;
+  esac 2>&1 | tee -a "$out/bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done
 exit $status

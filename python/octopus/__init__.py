@@ -2,18 +2,21 @@
 processed by one kernel launch, each CUDA block finding its item from a small plan.
 
 Ops live under ``torch.ops.octopus``; this package adds :class:`RaggedBatch` and Python
-wrappers that pass a batch's cached plan to them.
+wrappers that pass a batch's cached plan to them, and :class:`StreamScheduler`, which
+leases CUDA streams to many callers sharing GPUs.
 """
 
 from . import _registrations  # noqa: F401  (fake + autograd registrations)
 from ._library import built_with_cuda
 from .ops import affine, plan, plan_blocks
 from .ragged import RaggedBatch
+from .scheduler import Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RaggedBatch", "affine", "plan", "plan_blocks", "built_with_cuda",
+    "StreamScheduler", "Lease", "LeaseTimeout", "ReleaseEvent",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

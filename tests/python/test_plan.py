@@ -35,7 +35,7 @@ def test_plan_covers_every_element_once(device, block_elems):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-@pytest.mark.parametrize("m", [0, 1, 7, 10_000, 300_000])
+@pytest.mark.parametrize("m", [0, 1, 7, 10_000, 11_264, 11_265, 300_000])
 def test_device_plan_equals_host_plan(m):
     offsets = random_offsets(m, seed=m, max_len=3000)
     n = int(offsets[-1])

@@ -189,17 +189,23 @@ inline int multiprocessor_count() {
   return counts[device];
 }
 
-// Launches a persistent grid: as many blocks as fit on the device at once, or fewer
-// when there are fewer units (`max_units` is an upper bound known on the host).
+// Blocks of the driver's kernel for (Loc, Op) that fit on one multiprocessor, read once.
 template <class Loc, class Op>
-void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
-  if (max_units <= 0) return;
+int max_blocks_per_sm() {
   static const int blocks_per_sm = [] {
     int blocks = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, ragged_kernel<Loc, Op>, kThreads, 0));
     return std::max(blocks, 1);
   }();
-  const int64_t resident = int64_t{multiprocessor_count()} * blocks_per_sm;
+  return blocks_per_sm;
+}
+
+// Launches a persistent grid: as many blocks as fit on the device at once, or fewer
+// when there are fewer units (`max_units` is an upper bound known on the host).
+template <class Loc, class Op>
+void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
+  if (max_units <= 0) return;
+  const int64_t resident = int64_t{multiprocessor_count()} * max_blocks_per_sm<Loc, Op>();
   const int64_t blocks = std::min(resident, (max_units + kWarpsPerBlock - 1) / kWarpsPerBlock);
   ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(loc, op);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

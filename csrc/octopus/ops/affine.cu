@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/kernel_profiles.h"
 #include "octopus/core/metadata.h"
 #include "octopus/ops/affine_args.h"
 
@@ -26,6 +27,13 @@ at::Tensor affine_cuda(const at::Tensor& values, const at::Tensor& offsets, cons
   });
   return a.out;
 }
+
+// Lease kind "octopus.affine" for the StreamScheduler: float32 per-item affine with the
+// default plan, a block per kWarpsPerBlock plan blocks of the default size.
+const KernelProfileRegistration affine_profile("octopus.affine", [] {
+  return scheduler::KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, AffineOp<float, float, float, false>>(),
+                                  int64_t{cuda::kWarpsPerBlock} * kDefaultBlockElems};
+});
 
 }  // namespace
 

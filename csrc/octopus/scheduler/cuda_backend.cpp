@@ -1,0 +1,123 @@
+#include "octopus/scheduler/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+
+#include "octopus/scheduler/nvml.h"
+
+namespace octopus::scheduler {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("octopus StreamScheduler: ") + what + " failed: " + cudaGetErrorString(status));
+  }
+}
+
+// Runs CUDA calls on `device` and puts the caller's current device back afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    else previous_ = -1;
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
+  const cudaError_t status = cudaGetDeviceCount(&device_count_);
+  if (status != cudaSuccess || device_count_ == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error for the rest of the process
+    throw std::runtime_error(std::string("octopus StreamScheduler: no CUDA device is available (") +
+                             (status == cudaSuccess ? "0 devices" : cudaGetErrorString(status)) +
+                             "); use backend=\"simulated\" to run the scheduler without a GPU");
+  }
+  pci_bus_ids_.resize(static_cast<std::size_t>(device_count_));
+  for (int d = 0; d < device_count_; ++d) {
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), d) == cudaSuccess) pci_bus_ids_[static_cast<std::size_t>(d)] = bus_id;
+  }
+  utilization_time_.resize(pci_bus_ids_.size());
+  utilization_.resize(pci_bus_ids_.size());
+}
+
+int CudaBackend::multiprocessor_count(int device) {
+  int count = 0;
+  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return count;
+}
+
+StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
+  DeviceGuard guard(device);
+  int lowest = 0, greatest = 0;  // numerically lower is higher priority
+  check(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), "cudaDeviceGetStreamPriorityRange");
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, high_priority ? greatest : lowest),
+        "cudaStreamCreateWithPriority");
+  return stream;
+}
+
+void CudaBackend::destroy_stream(int, StreamHandle stream) noexcept { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
+
+EventHandle CudaBackend::create_event(int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  return event;
+}
+
+void CudaBackend::destroy_event(int, EventHandle event) noexcept { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+void CudaBackend::record_event(int, EventHandle event, StreamHandle stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+}
+
+bool CudaBackend::event_done(int, EventHandle event) {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  check(status, "cudaEventQuery");
+  return true;
+}
+
+void CudaBackend::synchronize_event(int, EventHandle event) {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+}
+
+void CudaBackend::stream_wait_event(int, StreamHandle stream, EventHandle event) {
+  check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+}
+
+MemoryInfo CudaBackend::memory_info(int device) {
+  DeviceGuard guard(device);
+  MemoryInfo info;
+  check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
+  return info;
+}
+
+std::optional<double> CudaBackend::utilization(int device) {
+  if (!use_nvml_) return std::nullopt;
+  const auto d = static_cast<std::size_t>(device);
+  std::lock_guard<std::mutex> lock(utilization_mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (utilization_time_[d].time_since_epoch().count() == 0 || now - utilization_time_[d] > std::chrono::milliseconds(50)) {
+    utilization_[d] = Nvml::instance().utilization(pci_bus_ids_[d]);
+    utilization_time_[d] = now;
+  }
+  return utilization_[d];
+}
+
+}  // namespace octopus::scheduler

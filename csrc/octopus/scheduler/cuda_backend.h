@@ -1,0 +1,43 @@
+// The device layer on the CUDA runtime. Streams are non-blocking (they do not
+// synchronize with the legacy default stream), events carry no timing.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "octopus/scheduler/device_backend.h"
+
+namespace octopus::scheduler {
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  // Throws std::runtime_error when no CUDA device can be used.
+  explicit CudaBackend(bool use_nvml = true);
+
+  const char* name() const override { return "cuda"; }
+  int device_count() override { return device_count_; }
+  int multiprocessor_count(int device) override;
+  StreamHandle create_stream(int device, bool high_priority) override;
+  void destroy_stream(int device, StreamHandle stream) noexcept override;
+  EventHandle create_event(int device) override;
+  void destroy_event(int device, EventHandle event) noexcept override;
+  void record_event(int device, EventHandle event, StreamHandle stream) override;
+  bool event_done(int device, EventHandle event) override;
+  void synchronize_event(int device, EventHandle event) override;
+  void stream_wait_event(int device, StreamHandle stream, EventHandle event) override;
+  MemoryInfo memory_info(int device) override;
+  std::optional<double> utilization(int device) override;
+
+ private:
+  int device_count_ = 0;
+  bool use_nvml_ = false;
+  std::vector<std::string> pci_bus_ids_;
+  // NVML is sampled at most every 50 ms per device; acquire must stay cheap.
+  std::mutex utilization_mutex_;
+  std::vector<std::chrono::steady_clock::time_point> utilization_time_;
+  std::vector<std::optional<double>> utilization_;
+};
+
+}  // namespace octopus::scheduler

@@ -1,0 +1,43 @@
+// The device layer the scheduler runs on: streams, events, memory and load of each
+// device. Two implementations: CUDA (cuda_backend.h) and a simulation on the CPU
+// (simulated_backend.h) that the scheduling logic is tested against without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace octopus::scheduler {
+
+// Opaque handles: a cudaStream_t / cudaEvent_t for CUDA, a counter for the simulation.
+using StreamHandle = void*;
+using EventHandle = void*;
+
+struct MemoryInfo {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual const char* name() const = 0;
+  virtual int device_count() = 0;
+  virtual int multiprocessor_count(int device) = 0;
+  // A stream of high or normal priority on `device`, created once and kept by the pool.
+  virtual StreamHandle create_stream(int device, bool high_priority) = 0;
+  virtual void destroy_stream(int device, StreamHandle stream) noexcept = 0;
+  virtual EventHandle create_event(int device) = 0;
+  virtual void destroy_event(int device, EventHandle event) noexcept = 0;
+  virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;
+  // True once all work recorded before the event has finished.
+  virtual bool event_done(int device, EventHandle event) = 0;
+  virtual void synchronize_event(int device, EventHandle event) = 0;
+  // Makes future work on `stream` wait for the event (without blocking the host).
+  virtual void stream_wait_event(int device, StreamHandle stream, EventHandle event) = 0;
+  virtual MemoryInfo memory_info(int device) = 0;
+  // GPU utilization in [0, 1] over the driver's last sample period, where known.
+  virtual std::optional<double> utilization(int device) = 0;
+};
+
+}  // namespace octopus::scheduler
