@@ -185,7 +185,7 @@ class StreamScheduler:
             timeline_capacity=int(timeline_capacity), backend=backend, simulated_devices=int(simulated_devices),
             use_nvml=bool(use_nvml))
         self._cuda = backend == "cuda"
-        self._streams: dict[int, torch.cuda.Stream] = {}
+        self._streams: dict[int, tuple[torch.cuda.Stream, torch.device]] = {}  # by stream pointer
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -335,11 +335,11 @@ class StreamScheduler:
         if not self._cuda:
             return Lease(lease, None, None)
         ptr = lease.stream_ptr
-        stream = self._streams.get(ptr)
-        if stream is None:
-            stream = torch.cuda.ExternalStream(ptr, device=torch.device("cuda", lease.device))
-            self._streams[ptr] = stream
-        return Lease(lease, stream, torch.device("cuda", lease.device))
+        known = self._streams.get(ptr)
+        if known is None:
+            device = torch.device("cuda", lease.device)
+            known = self._streams[ptr] = (torch.cuda.ExternalStream(ptr, device=device), device)
+        return Lease(lease, *known)
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:

@@ -68,8 +68,6 @@ StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
   return stream;
 }
 
-void CudaBackend::destroy_stream(int, StreamHandle stream) noexcept { cudaStreamDestroy(static_cast<cudaStream_t>(stream)); }
-
 EventHandle CudaBackend::create_event(int device) {
   DeviceGuard guard(device);
   cudaEvent_t event = nullptr;

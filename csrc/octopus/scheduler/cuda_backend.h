@@ -20,7 +20,6 @@ class CudaBackend final : public DeviceBackend {
   int device_count() override { return device_count_; }
   int multiprocessor_count(int device) override;
   StreamHandle create_stream(int device, bool high_priority) override;
-  void destroy_stream(int device, StreamHandle stream) noexcept override;
   EventHandle create_event(int device) override;
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;

@@ -24,9 +24,9 @@ class DeviceBackend {
   virtual const char* name() const = 0;
   virtual int device_count() = 0;
   virtual int multiprocessor_count(int device) = 0;
-  // A stream of high or normal priority on `device`, created once and kept by the pool.
+  // A stream of high or normal priority on `device`, created once and kept for the
+  // life of the process.
   virtual StreamHandle create_stream(int device, bool high_priority) = 0;
-  virtual void destroy_stream(int device, StreamHandle stream) noexcept = 0;
   virtual EventHandle create_event(int device) = 0;
   virtual void destroy_event(int device, EventHandle event) noexcept = 0;
   virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;

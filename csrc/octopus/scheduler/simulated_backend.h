@@ -20,7 +20,6 @@ class SimulatedBackend final : public DeviceBackend {
   int device_count() override { return num_devices_; }
   int multiprocessor_count(int) override { return multiprocessors_; }
   StreamHandle create_stream(int device, bool high_priority) override;
-  void destroy_stream(int, StreamHandle) noexcept override {}
   EventHandle create_event(int device) override;
   void destroy_event(int, EventHandle) noexcept override {}
   void record_event(int, EventHandle, StreamHandle) override { events_recorded_.fetch_add(1); }

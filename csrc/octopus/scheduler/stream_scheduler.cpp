@@ -111,6 +111,9 @@ struct Waiter {
   int limit_index = -1;  // the device index `limit` refers to
 };
 
+// The pool's streams are never destroyed (like PyTorch's own stream pool): tensors whose
+// use was recorded on one (record_stream) may be freed after the scheduler is gone, and
+// the caching allocator then records an event on that stream.
 struct State {
   SchedulerConfig config;
   std::shared_ptr<DeviceBackend> backend;
@@ -127,15 +130,6 @@ struct State {
   std::unordered_map<std::string, KindModel> kinds;
   SchedulerStats counters;
   std::vector<TimelineEntry> timeline;
-
-  ~State() {
-    for (DeviceState& d : devices) {
-      for (StreamSlot& s : d.slots) {
-        s.last_release.reset();
-        backend->destroy_stream(d.device, s.handle);
-      }
-    }
-  }
 
   double micros(Clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - created).count();
