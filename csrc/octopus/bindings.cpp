@@ -102,7 +102,8 @@ void bind_scheduler(py::module_& m) {
       .def_property_readonly("waited_s", &sched::Lease::waited_s)
       .def_property_readonly("queued", &sched::Lease::queued)
       .def_property_readonly("previous_release", &sched::Lease::previous_release)
-      .def("release", &sched::Lease::release, py::call_guard<py::gil_scoped_release>());
+      // No GIL release: returning a lease never waits (the scheduler lock is held briefly).
+      .def("release", &sched::Lease::release);
 
   py::class_<sched::StreamScheduler>(m, "StreamScheduler")
       .def(py::init([](int max_leases_per_device, double max_occupancy, double default_occupancy, double memory_reserve,

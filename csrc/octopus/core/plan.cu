@@ -18,14 +18,30 @@
 namespace octopus {
 namespace {
 
-// Blocks of item i; offsets are clamped so that unvalidated input stays in bounds.
+// floor(x / block_elems) for 0 <= x < 2^53 without a 64-bit integer division (a long
+// emulated instruction sequence on the GPU): a double estimate, corrected by one.
+struct BlockDivider {
+  int64_t block_elems;
+  double inverse;
+  explicit BlockDivider(int64_t b) : block_elems(b), inverse(1.0 / static_cast<double>(b)) {}
+  __device__ __forceinline__ int64_t operator()(int64_t x) const {
+    int64_t q = static_cast<int64_t>(static_cast<double>(x) * inverse);
+    if (q * block_elems > x) --q;
+    else if ((q + 1) * block_elems <= x) ++q;
+    return q;
+  }
+};
+
+// Blocks of item i (see blocks_for in plan.h); offsets are clamped so that unvalidated
+// input stays in bounds.
 struct BlockCount {
   const int64_t* offsets;
-  int64_t num_values, block_elems;
-  __host__ __device__ int64_t operator()(int64_t i) const {
+  int64_t num_values;
+  BlockDivider div;
+  __device__ int64_t operator()(int64_t i) const {
     const int64_t b = cuda::clamp_index(offsets[i], num_values);
     const int64_t e = cuda::clamp_index(offsets[i + 1], num_values);
-    return blocks_for(b, e, block_elems);
+    return e > b ? div(e - 1) - div(b) + 1 : 0;
   }
 };
 
@@ -33,8 +49,9 @@ struct BlockCount {
 // global or shared memory) and the total block count.
 template <class Scan>
 __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offsets, const Scan* block_end, int64_t m,
-                                              int64_t num_values, int64_t block_elems, int64_t count, int64_t row,
+                                              int64_t num_values, const BlockDivider& div, int64_t count, int64_t row,
                                               longlong2* __restrict__ plan) {
+  const int64_t block_elems = div.block_elems;
   if (row == 0) {
     plan[0] = make_longlong2(count, block_elems);
     return;
@@ -53,17 +70,19 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
   const int64_t first_block = lo > 0 ? block_end[lo - 1] : 0;
   const int64_t item_begin = cuda::clamp_index(offsets[lo], num_values);
   const int64_t item_end = cuda::clamp_index(offsets[lo + 1], num_values);
-  const int64_t begin = block_begin(item_begin, j - first_block, block_elems);
-  const int64_t end = min(item_end, (begin / block_elems + 1) * block_elems);
+  // block_begin() and the block's end, with the divider.
+  const int64_t k = j - first_block;
+  const int64_t begin = k == 0 ? item_begin : (div(item_begin) + k) * block_elems;
+  const int64_t end = min(item_end, (div(begin) + 1) * block_elems);
   plan[row] = make_longlong2(begin, pack_block(lo, end - begin));
 }
 
 __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ block_end,
-                                 int64_t m, int64_t num_values, int64_t block_elems, int64_t rows,
+                                 int64_t m, int64_t num_values, const BlockDivider div, int64_t rows,
                                  longlong2* __restrict__ plan) {
   const int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  fill_plan_row(offsets, block_end, m, num_values, block_elems, m > 0 ? block_end[m - 1] : 0, row, plan);
+  fill_plan_row(offsets, block_end, m, num_values, div, m > 0 ? block_end[m - 1] : 0, row, plan);
 }
 
 // Small batches: one launch and no scratch. Every block scans all items' block counts
@@ -74,28 +93,31 @@ constexpr int kFusedThreads = 1024;
 constexpr int64_t kFusedMaxItems = 11264;  // 44 KiB of int32 prefix sums: within the static 48 KiB
 
 __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t* __restrict__ offsets, int64_t m,
-                                                                   int64_t num_values, int64_t block_elems,
+                                                                   int64_t num_values, const BlockDivider div,
                                                                    int64_t rows, longlong2* __restrict__ plan) {
   using BlockScan = cub::BlockScan<int32_t, kFusedThreads, cub::BLOCK_SCAN_WARP_SCANS>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int32_t block_end[kFusedMaxItems];
+  // Block counts (coalesced reads), then each thread scans a contiguous run of them.
+  const BlockCount blocks_of{offsets, num_values, div};
+  for (int64_t i = threadIdx.x; i < m; i += kFusedThreads) block_end[i] = static_cast<int32_t>(blocks_of(i));
+  __syncthreads();
   const int per_thread = static_cast<int>((m + kFusedThreads - 1) / kFusedThreads);
   const int64_t first = int64_t{threadIdx.x} * per_thread;
   const int64_t last = min(m, first + per_thread);
-  const BlockCount blocks_of{offsets, num_values, block_elems};
   int32_t local = 0;
-  for (int64_t i = first; i < last; ++i) local += static_cast<int32_t>(blocks_of(i));
+  for (int64_t i = first; i < last; ++i) local += block_end[i];
   int32_t prefix = 0;
   BlockScan(scan_storage).ExclusiveSum(local, prefix);
   for (int64_t i = first; i < last; ++i) {
-    prefix += static_cast<int32_t>(blocks_of(i));
+    prefix += block_end[i];
     block_end[i] = prefix;
   }
   __syncthreads();
   const int64_t count = m > 0 ? block_end[m - 1] : 0;
   for (int64_t row = int64_t{blockIdx.x} * kFusedThreads + threadIdx.x; row < rows;
        row += int64_t{gridDim.x} * kFusedThreads) {
-    fill_plan_row(offsets, block_end, m, num_values, block_elems, count, row, plan);
+    fill_plan_row(offsets, block_end, m, num_values, div, count, row, plan);
   }
 }
 
@@ -113,16 +135,17 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   const int64_t rows = plan_rows(num_values, m, block_elems);
   at::Tensor plan = at::empty({rows, 2}, offsets.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const BlockDivider div(block_elems);
   if (m <= kFusedMaxItems && rows < (int64_t{1} << 31)) {
     const int64_t wanted = (rows + kFusedThreads - 1) / kFusedThreads;
     const int64_t grid = std::min<int64_t>(wanted, 2 * int64_t{cuda::multiprocessor_count()});
     plan_fused_kernel<<<static_cast<unsigned>(grid), kFusedThreads, 0, stream>>>(
-        offsets.data_ptr<int64_t>(), m, num_values, block_elems, rows, reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
+        offsets.data_ptr<int64_t>(), m, num_values, div, rows, reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return plan;
   }
   const auto counts = thrust::make_transform_iterator(
-      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), num_values, block_elems});
+      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), num_values, div});
   // One scratch allocation: the scanned block counts, then CUB's temporary storage.
   size_t temp_bytes = 0;
   if (m > 0) {
@@ -139,7 +162,7 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   }
   constexpr int kFillThreads = 256;
   fill_plan_kernel<<<static_cast<unsigned>((rows + kFillThreads - 1) / kFillThreads), kFillThreads, 0, stream>>>(
-      offsets.data_ptr<int64_t>(), block_end, m, num_values, block_elems, rows,
+      offsets.data_ptr<int64_t>(), block_end, m, num_values, div, rows,
       reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return plan;

@@ -3,6 +3,9 @@
 Workloads (inputs are random, allocated before timing):
   small   1000 jobs, each four element-wise / reduction kernels on 64K-1M float32 elements
   matmul  64 jobs, each one 2048x2048 float32 matmul
+  sync    256 jobs, each a 1024x1024 float32 matmul whose reduction is read back with
+          .item() (a host synchronization per job, as post-processing code often has;
+          no CUDA graph of it is possible)
 Modes, side by side in one run: one stream in a Python loop; ``StreamScheduler.map`` with
 K = 1, 2, 4, 8 leased streams; a CUDA graph of the one-stream loop (captured once,
 replayed). Each is timed end to end on the host (all jobs issued, then synchronized),
@@ -38,9 +41,14 @@ def _workloads(device: torch.device, scale: float) -> dict:
     n = max(64, int(2048 * scale ** 0.5))
     weight = torch.randn(n, n, device=device, generator=g)
     mats = [torch.randn(n, n, device=device, generator=g) for _ in range(max(1, int(64 * scale)))]
+    k = max(64, int(1024 * scale ** 0.5))
+    sync_weight = torch.randn(k, k, device=device, generator=g)
+    sync_items = [torch.randn(k, k, device=device, generator=g) for _ in range(max(1, int(256 * scale)))]
     return {
         "small": dict(fn=_small_job, items=small, describe=f"{len(small)} jobs x 4 kernels on 64K-1M fp32 elements"),
         "matmul": dict(fn=lambda a: a @ weight, items=mats, describe=f"{len(mats)} jobs x one {n}x{n} fp32 matmul"),
+        "sync": dict(fn=lambda a: (a @ sync_weight).relu_().sum().item(), items=sync_items, graph=False,
+                     describe=f"{len(sync_items)} jobs x one {k}x{k} fp32 matmul + .item()"),
     }
 
 
@@ -82,7 +90,7 @@ def run_workload(name: str, spec: dict, device: torch.device, warmup: int, repea
         row = dict(workload=name, mode=mode, streams=streams, jobs=len(items), total_ms=ms,
                    us_per_job=ms * 1e3 / len(items), jobs_per_s=len(items) / ms * 1e3)
         if outputs is not None:
-            row["equal_to_sequential"] = all(torch.equal(a, b) for a, b in zip(outputs, reference))
+            row["equal_to_sequential"] = all(_equal(a, b) for a, b in zip(outputs, reference))
         rows.append(row)
 
     add("one stream, Python loop", 1, _wall_ms(lambda: [fn(x) for x in items], device, warmup, repeats))
@@ -90,9 +98,14 @@ def run_workload(name: str, spec: dict, device: torch.device, warmup: int, repea
         with octopus.StreamScheduler(k) as sched:
             ms = _wall_ms(lambda: sched.map(fn, items, kind=name), device, warmup, repeats)
             add(f"map, {k} leased stream{'s' if k > 1 else ''}", k, ms, sched.map(fn, items, kind=name))
-    graph, outputs = _graph_of(fn, items)
-    add("CUDA graph of the loop", 1, _wall_ms(graph.replay, device, warmup, repeats), outputs)
+    if spec.get("graph", True):
+        graph, outputs = _graph_of(fn, items)
+        add("CUDA graph of the loop", 1, _wall_ms(graph.replay, device, warmup, repeats), outputs)
     return rows
+
+
+def _equal(a, b) -> bool:
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
 def lease_overhead(backend: str, iterations: int = 20000) -> dict:
@@ -127,7 +140,8 @@ def format_table(rows: list[dict], overhead: list[dict], describe: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m octopus.bench.scheduler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", nargs="+", default=["small", "matmul"], choices=["small", "matmul"])
+    parser.add_argument("--workloads", nargs="+", default=["small", "matmul", "sync"],
+                        choices=["small", "matmul", "sync"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the number of jobs")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None, help="write the raw measurements here")
