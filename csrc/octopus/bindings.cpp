@@ -102,8 +102,10 @@ void bind_scheduler(py::module_& m) {
       .def_property_readonly("waited_s", &sched::Lease::waited_s)
       .def_property_readonly("queued", &sched::Lease::queued)
       .def_property_readonly("previous_release", &sched::Lease::previous_release)
+      .def_property_readonly("release_event", &sched::Lease::release_event)
       // No GIL release: returning a lease never waits (the scheduler lock is held briefly).
-      .def("release", &sched::Lease::release);
+      // The event is read from release_event, so the common path creates no Python object.
+      .def("release", [](sched::Lease& l) { l.release(); });
 
   py::class_<sched::StreamScheduler>(m, "StreamScheduler")
       .def(py::init([](int max_leases_per_device, double max_occupancy, double default_occupancy, double memory_reserve,

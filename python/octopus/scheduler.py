@@ -100,13 +100,12 @@ class Lease:
     before anything the next lease of the same stream queues.
     """
 
-    __slots__ = ("_lease", "stream", "device", "_release_event")
+    __slots__ = ("_lease", "stream", "device")
 
     def __init__(self, lease, stream: torch.cuda.Stream | None, device: torch.device | None):
         self._lease = lease
         self.stream = stream
         self.device = device
-        self._release_event = None
 
     device_index = property(lambda self: self._lease.device, doc="The leased stream's device index.")
     kind = property(lambda self: self._lease.kind)
@@ -119,24 +118,20 @@ class Lease:
     @property
     def release_event(self) -> ReleaseEvent | None:
         """The event recorded when the lease was returned (None while it is held)."""
-        if self._release_event is None:
-            return None
-        return ReleaseEvent(self._release_event, self.device)
+        event = self._lease.release_event
+        return None if event is None else ReleaseEvent(event, self.device)
 
     def release(self) -> ReleaseEvent | None:
         """Records the release event on the stream and returns the stream to the pool.
         Returns that event (also kept as ``release_event``); a second call does nothing."""
-        event = self._lease.release()
-        if event is not None:
-            self._release_event = event
+        self._lease.release()
         return self.release_event
 
     def __enter__(self) -> "Lease":
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._release_event is None:
-            self._release_event = self._lease.release()
+        self._lease.release()
 
     def __repr__(self) -> str:
         state = "active" if self.active else "released"

@@ -83,22 +83,6 @@ struct DeviceState {
   bool memory_sampled = false;
 };
 
-struct Grant {
-  uint64_t id = 0;
-  int device = 0;
-  StreamHandle stream = nullptr;
-  int slot = 0;
-  int priority = 0;
-  double occupancy = 0.0;
-  std::size_t bytes = 0;
-  std::string kind;
-  double waited_s = 0.0;
-  bool queued = false;
-  double requested_us = 0.0;
-  double granted_us = 0.0;
-  std::shared_ptr<ReleaseEvent> previous_release;
-};
-
 struct Waiter {
   const AcquireRequest* request = nullptr;
   uint64_t ticket = 0;
@@ -106,7 +90,7 @@ struct Waiter {
   std::condition_variable cv;
   bool granted = false;
   bool queued = false;  // not granted on arrival
-  Grant grant;
+  LeaseGrant grant;
   Limit limit = Limit::None;
   int limit_index = -1;  // the device index `limit` refers to
 };
@@ -215,8 +199,8 @@ struct State {
     counters.granted += 1;
     counters.total_wait_s += waited;
     counters.max_wait_s = std::max(counters.max_wait_s, waited);
-    w.grant = Grant{next_lease_id++, d.device, chosen.handle, slot, r.priority, occupancy, r.bytes, r.kind, waited,
-                    w.queued, micros(w.requested), micros(now), chosen.last_release};
+    w.grant = LeaseGrant{next_lease_id++, d.device, chosen.handle, slot, r.priority, occupancy, r.bytes, r.kind,
+                         waited, w.queued, micros(w.requested), micros(now), chosen.last_release};
     w.granted = true;
     w.cv.notify_one();
   }
@@ -355,21 +339,8 @@ void ReleaseEvent::synchronize() const { pool_->backend().synchronize_event(devi
 
 void ReleaseEvent::wait(StreamHandle stream) const { pool_->backend().stream_wait_event(device_, stream, event_); }
 
-Lease::Lease(std::shared_ptr<detail::State> state, const detail::Grant& g)
-    : state_(std::move(state)),
-      id_(g.id),
-      device_(g.device),
-      stream_(g.stream),
-      slot_(g.slot),
-      priority_(g.priority),
-      occupancy_(g.occupancy),
-      bytes_(g.bytes),
-      kind_(g.kind),
-      waited_s_(g.waited_s),
-      queued_(g.queued),
-      requested_us_(g.requested_us),
-      granted_us_(g.granted_us),
-      previous_release_(g.previous_release) {}
+Lease::Lease(std::shared_ptr<detail::State> state, LeaseGrant grant)
+    : state_(std::move(state)), grant_(std::move(grant)) {}
 
 Lease::Lease(Lease&& other) noexcept { *this = std::move(other); }
 
@@ -381,19 +352,8 @@ Lease& Lease::operator=(Lease&& other) noexcept {
     }
     state_ = std::move(other.state_);
     other.state_.reset();
-    id_ = other.id_;
-    device_ = other.device_;
-    stream_ = other.stream_;
-    slot_ = other.slot_;
-    priority_ = other.priority_;
-    occupancy_ = other.occupancy_;
-    bytes_ = other.bytes_;
-    kind_ = std::move(other.kind_);
-    waited_s_ = other.waited_s_;
-    queued_ = other.queued_;
-    requested_us_ = other.requested_us_;
-    granted_us_ = other.granted_us_;
-    previous_release_ = std::move(other.previous_release_);
+    grant_ = std::move(other.grant_);
+    release_event_ = std::move(other.release_event_);
   }
   return *this;
 }
@@ -413,39 +373,40 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
   std::shared_ptr<ReleaseEvent> event;
   std::exception_ptr failure;
   try {
-    EventHandle handle = state->events->take(device_);
-    event = std::make_shared<ReleaseEvent>(state->events, device_, handle);
-    state->backend->record_event(device_, handle, stream_);
+    EventHandle handle = state->events->take(grant_.device);
+    event = std::make_shared<ReleaseEvent>(state->events, grant_.device, handle);
+    state->backend->record_event(grant_.device, handle, grant_.stream);
   } catch (...) {
     event.reset();
     failure = std::current_exception();
   }
   {
     std::lock_guard<std::mutex> lock(state->mutex);
-    detail::DeviceState& d = state->devices[static_cast<std::size_t>(state->index_of(device_))];
-    detail::StreamSlot& slot = d.slots[static_cast<std::size_t>(slot_)];
+    detail::DeviceState& d = state->devices[static_cast<std::size_t>(state->index_of(grant_.device))];
+    detail::StreamSlot& slot = d.slots[static_cast<std::size_t>(grant_.slot)];
     slot.leased = false;
     slot.last_used = ++state->slot_clock;
     slot.last_release = event;
     d.active -= 1;
-    d.occupancy = d.active == 0 ? 0.0 : d.occupancy - occupancy_;  // no drift once idle
-    d.bytes_held -= bytes_;
+    d.occupancy = d.active == 0 ? 0.0 : d.occupancy - grant_.occupancy;  // no drift once idle
+    d.bytes_held -= grant_.bytes;
     state->counters.released += 1;
     TimelineEntry entry;
-    entry.lease_id = id_;
-    entry.kind = kind_;
-    entry.device = device_;
-    entry.stream_slot = slot_;
-    entry.priority = priority_;
+    entry.lease_id = grant_.id;
+    entry.kind = grant_.kind;
+    entry.device = grant_.device;
+    entry.stream_slot = grant_.slot;
+    entry.priority = grant_.priority;
     entry.thread = this_thread_id();
-    entry.queued = queued_;
-    entry.requested_us = requested_us_;
-    entry.granted_us = granted_us_;
+    entry.queued = grant_.queued;
+    entry.requested_us = grant_.requested_us;
+    entry.granted_us = grant_.granted_us;
     entry.released_us = state->micros(Clock::now());
     state->record(std::move(entry));
     state->schedule();
   }
   if (failure) std::rethrow_exception(failure);
+  release_event_ = event;
   return event;
 }
 

@@ -19,7 +19,6 @@ namespace octopus::scheduler {
 
 namespace detail {
 struct State;
-struct Grant;
 class EventPool;
 }  // namespace detail
 
@@ -49,6 +48,23 @@ class ReleaseEvent {
   EventHandle event_;
 };
 
+// What the scheduler granted: the stream, where it is, and how the grant came about.
+struct LeaseGrant {
+  uint64_t id = 0;
+  int device = -1;
+  StreamHandle stream = nullptr;
+  int slot = -1;  // index in the device's pool; high-priority streams follow the normal ones
+  int priority = 0;
+  double occupancy = 0.0;
+  std::size_t bytes = 0;
+  std::string kind;
+  double waited_s = 0.0;
+  bool queued = false;  // it was not granted on arrival
+  double requested_us = 0.0;
+  double granted_us = 0.0;
+  std::shared_ptr<ReleaseEvent> previous_release;
+};
+
 // A leased stream. Move-only; the lease is returned when release() is called or the
 // object is destroyed.
 class Lease {
@@ -61,43 +77,34 @@ class Lease {
   ~Lease();
 
   bool active() const { return state_ != nullptr; }
-  uint64_t id() const { return id_; }
-  int device() const { return device_; }
-  StreamHandle stream() const { return stream_; }
+  uint64_t id() const { return grant_.id; }
+  int device() const { return grant_.device; }
+  StreamHandle stream() const { return grant_.stream; }
   // The stream's index in its device's pool (high-priority streams follow the normal ones).
-  int stream_slot() const { return slot_; }
-  int priority() const { return priority_; }
-  double occupancy() const { return occupancy_; }
-  const std::string& kind() const { return kind_; }
+  int stream_slot() const { return grant_.slot; }
+  int priority() const { return grant_.priority; }
+  double occupancy() const { return grant_.occupancy; }
+  const std::string& kind() const { return grant_.kind; }
   // Seconds this lease waited before it was granted.
-  double waited_s() const { return waited_s_; }
+  double waited_s() const { return grant_.waited_s; }
   // Whether the lease had to wait (was not granted on arrival).
-  bool queued() const { return queued_; }
+  bool queued() const { return grant_.queued; }
   // The event the previous lease of this stream recorded when it was returned (null
   // for a stream's first lease). Work on this stream is ordered after it anyway.
-  const std::shared_ptr<ReleaseEvent>& previous_release() const { return previous_release_; }
+  const std::shared_ptr<ReleaseEvent>& previous_release() const { return grant_.previous_release; }
   // Records the release event on the stream and returns the stream to the pool.
   // Returns that event; a second call returns null.
   std::shared_ptr<ReleaseEvent> release();
+  // The event release() recorded (null while the lease is held).
+  const std::shared_ptr<ReleaseEvent>& release_event() const { return release_event_; }
 
  private:
   friend class StreamScheduler;
-  Lease(std::shared_ptr<detail::State> state, const detail::Grant& grant);
+  Lease(std::shared_ptr<detail::State> state, LeaseGrant grant);
 
   std::shared_ptr<detail::State> state_;
-  uint64_t id_ = 0;
-  int device_ = -1;
-  StreamHandle stream_ = nullptr;
-  int slot_ = -1;
-  int priority_ = 0;
-  double occupancy_ = 0.0;
-  std::size_t bytes_ = 0;
-  std::string kind_;
-  double waited_s_ = 0.0;
-  bool queued_ = false;
-  double requested_us_ = 0.0;
-  double granted_us_ = 0.0;
-  std::shared_ptr<ReleaseEvent> previous_release_;
+  LeaseGrant grant_;
+  std::shared_ptr<ReleaseEvent> release_event_;
 };
 
 class StreamScheduler {

@@ -26,6 +26,7 @@ import torch
 import octopus
 
 from .__main__ import environment
+from .timing import wall_ms
 
 STREAM_COUNTS = (1, 2, 4, 8)
 
@@ -50,21 +51,6 @@ def _workloads(device: torch.device, scale: float) -> dict:
         "sync": dict(fn=lambda a: (a @ sync_weight).relu_().sum().item(), items=sync_items, graph=False,
                      describe=f"{len(sync_items)} jobs x one {k}x{k} fp32 matmul + .item()"),
     }
-
-
-def _wall_ms(run, device, warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        run()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def _graph_of(fn, items):
@@ -93,14 +79,14 @@ def run_workload(name: str, spec: dict, device: torch.device, warmup: int, repea
             row["equal_to_sequential"] = all(_equal(a, b) for a, b in zip(outputs, reference))
         rows.append(row)
 
-    add("one stream, Python loop", 1, _wall_ms(lambda: [fn(x) for x in items], device, warmup, repeats))
+    add("one stream, Python loop", 1, wall_ms(lambda: [fn(x) for x in items], device, repeats, warmup))
     for k in STREAM_COUNTS:
         with octopus.StreamScheduler(k) as sched:
-            ms = _wall_ms(lambda: sched.map(fn, items, kind=name), device, warmup, repeats)
+            ms = wall_ms(lambda: sched.map(fn, items, kind=name), device, repeats, warmup)
             add(f"map, {k} leased stream{'s' if k > 1 else ''}", k, ms, sched.map(fn, items, kind=name))
     if spec.get("graph", True):
         graph, outputs = _graph_of(fn, items)
-        add("CUDA graph of the loop", 1, _wall_ms(graph.replay, device, warmup, repeats), outputs)
+        add("CUDA graph of the loop", 1, wall_ms(graph.replay, device, repeats, warmup), outputs)
     return rows
 
 

@@ -29,9 +29,11 @@ def median_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, r
     return statistics.median(times)
 
 
-def wall_ms(fn: Callable[[], object], device: torch.device, repeats: int = 5) -> float:
+def wall_ms(fn: Callable[[], object], device: torch.device, repeats: int = 5, warmup: int = 0) -> float:
     """Median host wall time of fn() including a final device synchronization: for work
-    that synchronizes on its own (host-built plans)."""
+    that synchronizes on its own (host-built plans) or is issued from several threads."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeats):
         if device.type == "cuda":
