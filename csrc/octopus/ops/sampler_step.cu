@@ -1,0 +1,36 @@
+// octopus::sampler_step — the CUDA kernel: the sampler-step functor run by the generic driver.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/metadata.h"
+#include "octopus/ops/sampler_step_args.h"
+
+namespace octopus {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> sampler_step_cuda(
+    const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& offsets, const at::Tensor& timesteps,
+    const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info, int64_t kind, int64_t prediction,
+    double final_alpha_cumprod, double eta, double clip_range, bool use_clipped_model_output,
+    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history, bool return_x0,
+    c10::string_view strategy, const c10::optional<at::Tensor>& metadata) {
+  const c10::cuda::CUDAGuard guard(sample.device());
+  // No host reads here: the Python schedulers check timesteps and offsets before a step.
+  SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
+                                           prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
+                                           noise, history, return_x0, strategy);
+  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
+                                       build_plan_cuda);
+  with_sampler_step_op(a, [&](const auto& op) {
+    cuda::run_ragged_cuda(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
+  });
+  return {a.prev, a.x0};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(octopus, CUDA, m) { m.impl("sampler_step", &sampler_step_cuda); }
+
+}  // namespace octopus

@@ -1,0 +1,458 @@
+"""Per-sample diffusion sampler steps: one fused launch steps a whole batch in which every
+sample has its own timestep (and, optionally, its own schedule).
+
+Each scheduler mirrors the diffusers scheduler of the same name for the configurations
+listed in its docstring, computes its tables (timesteps, sigmas or alphas_cumprod) the way
+diffusers does, keeps them on the device, and calls ``torch.ops.octopus.sampler_step``:
+one kernel that looks up each sample's step from its timestep, computes that sample's
+coefficients, and updates its latents. Latents are dense ``[N, ...]`` tensors or a
+:class:`~octopus.RaggedBatch` (samples of different resolutions or frame counts).
+
+A timestep < 0 leaves its sample unchanged, so samples that have finished, or have not
+started yet, can ride along in the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from . import _library  # noqa: F401  (loads the ops)
+from .ragged import RaggedBatch
+
+_PREDICTIONS = {"epsilon": 0, "v_prediction": 1, "sample": 2}
+_KIND_DDIM, _KIND_EULER, _KIND_FLOW, _KIND_DPM = 0, 1, 2, 3
+
+
+def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float) -> torch.Tensor:
+    """diffusers' training schedule (computed in float32 as diffusers does), as float64."""
+    if beta_schedule == "linear":
+        betas = torch.linspace(beta_start, beta_end, num_train_timesteps, dtype=torch.float32)
+    elif beta_schedule == "scaled_linear":
+        betas = torch.linspace(beta_start ** 0.5, beta_end ** 0.5, num_train_timesteps, dtype=torch.float32) ** 2
+    elif beta_schedule == "squaredcos_cap_v2":
+        def alpha_bar(t):
+            return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+        betas = torch.tensor([min(1 - alpha_bar((i + 1) / num_train_timesteps) / alpha_bar(i / num_train_timesteps), 0.999)
+                              for i in range(num_train_timesteps)], dtype=torch.float32)
+    else:
+        raise NotImplementedError(f"beta_schedule {beta_schedule!r} is not supported "
+                                  "(use 'linear', 'scaled_linear' or 'squaredcos_cap_v2')")
+    return torch.cumprod(1.0 - betas, dim=0).double()
+
+
+def _spaced(num_train_timesteps: int, steps: int, spacing: str, steps_offset: int, integer: bool) -> np.ndarray:
+    """Timesteps for `steps` inference steps, descending, as diffusers spaces them."""
+    if spacing == "linspace":
+        t = np.linspace(0, num_train_timesteps - 1, steps)[::-1]
+        return t.round() if integer else t.copy()
+    if spacing == "leading":
+        ratio = num_train_timesteps // steps
+        return (np.arange(0, steps) * ratio).round()[::-1] + steps_offset
+    if spacing == "trailing":
+        return np.round(np.arange(num_train_timesteps, 0, -num_train_timesteps / steps)) - 1
+    raise NotImplementedError(f"timestep_spacing {spacing!r} is not supported (use 'linspace', 'leading' or 'trailing')")
+
+
+def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
+    for key, allowed in unsupported.items():
+        if key in config and config[key] not in allowed:
+            raise NotImplementedError(f"{key}={config[key]!r} is not supported by octopus's fused step "
+                                      f"(supported: {sorted(map(repr, allowed))})")
+
+
+class _BatchedScheduler:
+    """The shared part: per-row tables on the device, argument checks, and the step call."""
+
+    _kind: int
+    _config_keys: tuple = ()
+    _unsupported: dict = {}
+
+    @classmethod
+    def from_config(cls, config: Any, **overrides):
+        """Builds the scheduler from a diffusers scheduler config (a dict, a FrozenDict, or an
+        object with ``.config``); diffusers itself is not needed. Options octopus does not
+        fuse raise NotImplementedError."""
+        config = dict(getattr(config, "config", config))
+        config.update(overrides)
+        _reject(config, cls._unsupported)
+        return cls(**{k: config[k] for k in cls._config_keys if k in config})
+
+    def __init__(self, num_train_timesteps: int, prediction_type: str):
+        if prediction_type not in _PREDICTIONS:
+            raise ValueError(f"prediction_type must be one of {sorted(_PREDICTIONS)}, got {prediction_type!r}")
+        self.num_train_timesteps = int(num_train_timesteps)
+        self.prediction_type = prediction_type
+        self.timesteps: list[torch.Tensor] | torch.Tensor | None = None
+        self._rows: list[np.ndarray] = []
+        self._device = torch.device("cpu")
+        self._dense_offsets: dict = {}
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None) -> None:
+        """One shared schedule (an int), or one schedule per sample (a sequence of ints).
+        ``timesteps`` is then the shared 1-D tensor, or a list with each sample's."""
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        per_sample = not isinstance(num_inference_steps, int)
+        counts = list(num_inference_steps) if per_sample else [num_inference_steps]
+        if not counts or any(int(s) < 1 for s in counts):
+            raise ValueError(f"num_inference_steps must be positive, got {num_inference_steps}")
+        rows = [self._row(int(s)) for s in counts]
+        self._rows = [r[0] for r in rows]
+        self._sigma_rows = [r[1] for r in rows]
+        width = max(len(r) for r in self._rows)
+        schedule = np.full((len(rows), width), -1.0)
+        for i, r in enumerate(self._rows):
+            schedule[i, :len(r)] = r
+        self._schedule = torch.from_numpy(schedule).to(self._device)
+        self._row_info = torch.tensor([[len(r[0]), r[2], r[3]] for r in rows], dtype=torch.int64, device=self._device)
+        self._table = self._make_table([r[1] for r in rows], width).to(self._device)
+        shared = [torch.from_numpy(r.copy()) for r in self._rows]
+        self.timesteps = shared if per_sample else shared[0]
+        self._reset_state()
+
+    def _row(self, steps: int):
+        """(timesteps, sigmas or None, int parameter, final-first-order flag) of one schedule."""
+        raise NotImplementedError
+
+    def _make_table(self, sigma_rows, width: int) -> torch.Tensor:
+        table = np.zeros((len(sigma_rows), width + 1))
+        for i, s in enumerate(sigma_rows):
+            table[i, :len(s)] = s
+        return torch.from_numpy(table)
+
+    def _reset_state(self) -> None:
+        pass
+
+    # -- the step -----------------------------------------------------------------------
+
+    def _latents(self, name: str, x, like=None):
+        """(values, offsets, strategy, metadata, rebuild) for dense [N, ...] or RaggedBatch latents."""
+        if isinstance(x, RaggedBatch):
+            if like is not None and not isinstance(like, RaggedBatch):
+                raise TypeError(f"{name} is a RaggedBatch but sample is a dense tensor")
+            if like is not None and (x.numel() != like.numel() or len(x) != len(like)):
+                raise ValueError(f"{name} must have the sample's layout")
+            return x.values, x.offsets, "plan", x.metadata("plan"), x.with_values
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor or a RaggedBatch, got {type(x).__name__}")
+        if like is not None and isinstance(like, torch.Tensor) and x.shape != like.shape:
+            raise ValueError(f"{name} must have the sample's shape {tuple(like.shape)}, got {tuple(x.shape)}")
+        if x.dim() < 1:
+            raise ValueError(f"{name} must be [num_samples, ...], got a 0-d tensor")
+        n = x.shape[0]
+        per = x[0].numel() if n > 0 else 0
+        key = (n, per, x.device)
+        offsets = self._dense_offsets.get(key)
+        if offsets is None:
+            offsets = self._dense_offsets[key] = torch.arange(n + 1, dtype=torch.int64, device=x.device) * per
+        return x.reshape(-1), offsets, "block_search", None, lambda v: v.view(x.shape)
+
+    def _timesteps(self, timesteps, num_samples: int, device: torch.device, validate: bool) -> torch.Tensor:
+        t = torch.as_tensor(timesteps)
+        if t.dim() == 0:
+            t = t.expand(num_samples)
+        if t.dim() != 1 or t.numel() != num_samples:
+            raise ValueError(f"timesteps must have one entry per sample ({num_samples}), got shape {tuple(t.shape)}")
+        if t.is_floating_point() is False and t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"timesteps must be integer or floating point, got {t.dtype}")
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if validate and not capturing:
+            self._check_timesteps(t.detach().cpu().double().numpy())
+        return t.to(device=device, dtype=torch.float64)
+
+    def _check_timesteps(self, t: np.ndarray):
+        """Each timestep must be in its sample's schedule (or negative: skip). Returns the steps."""
+        if self.timesteps is None:
+            raise RuntimeError("call set_timesteps before step")
+        if len(self._rows) > 1 and len(self._rows) != len(t):
+            raise ValueError(f"the per-sample schedules are for {len(self._rows)} samples, the batch has {len(t)}")
+        steps = np.full(len(t), -1)
+        for i, ti in enumerate(t):
+            if ti < 0:
+                continue
+            row = self._rows[i if len(self._rows) > 1 else 0]
+            k = np.flatnonzero(np.isclose(row, ti, rtol=0, atol=1e-4))
+            if len(k) == 0:
+                raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule "
+                                 f"({row[0]:g} ... {row[-1]:g}, {len(row)} steps)")
+            steps[i] = k[0]
+        return steps
+
+    def _step(self, model_output, sample, timesteps, *, noise=None, history=None, return_x0=False, validate=True,
+              **scalars):
+        values, offsets, strategy, meta, rebuild = self._latents("sample", sample)
+        m_values = self._latents("model_output", model_output, like=sample)[0]
+        n = offsets.numel() - 1
+        if self.timesteps is None:
+            raise RuntimeError("call set_timesteps before step")
+        if self._schedule.device != values.device:
+            raise ValueError(f"the schedule is on {self._schedule.device} but sample is on {values.device}; "
+                             "pass device= to set_timesteps")
+        t = self._timesteps(timesteps, n, values.device, validate)
+        noise_values = None if noise is None else self._latents("noise", noise, like=sample)[0]
+        prev, x0 = torch.ops.octopus.sampler_step(
+            m_values, values, offsets, t, self._schedule, self._table, self._row_info, self._kind,
+            self._prediction_code(), scalars.get("final_alpha_cumprod", 1.0), scalars.get("eta", 0.0),
+            scalars.get("clip_range", 0.0), scalars.get("use_clipped_model_output", False), noise_values, history,
+            return_x0, strategy, meta)
+        prev = rebuild(prev)
+        return (prev, rebuild(x0)) if return_x0 else prev
+
+    def _prediction_code(self) -> int:
+        return _PREDICTIONS[self.prediction_type]
+
+
+class DDIMScheduler(_BatchedScheduler):
+    """diffusers' ``DDIMScheduler.step`` for a batch with one timestep per sample.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction / sample; timestep_spacing leading / trailing / linspace;
+    clip_sample (+ clip_sample_range), set_alpha_to_one, steps_offset; eta >= 0 with a
+    noise tensor or a generator; use_clipped_model_output. Not: thresholding,
+    rescale_betas_zero_snr.
+    """
+
+    _kind = _KIND_DDIM
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "clip_sample", "clip_sample_range", "set_alpha_to_one", "steps_offset", "timestep_spacing")
+    _unsupported = {"thresholding": {False}, "rescale_betas_zero_snr": {False}, "trained_betas": {None}}
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", clip_sample: bool = True,
+                 clip_sample_range: float = 1.0, set_alpha_to_one: bool = True, steps_offset: int = 0,
+                 timestep_spacing: str = "leading"):
+        super().__init__(num_train_timesteps, prediction_type)
+        self.alphas_cumprod = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end)
+        self.final_alpha_cumprod = 1.0 if set_alpha_to_one else float(self.alphas_cumprod[0])
+        self.clip_sample, self.clip_sample_range = bool(clip_sample), float(clip_sample_range)
+        self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
+
+    def _row(self, steps):
+        if steps > self.num_train_timesteps:
+            raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps "
+                             f"({self.num_train_timesteps})")
+        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=True)
+        return t.astype(np.int64).astype(np.float64), None, self.num_train_timesteps // steps, 0
+
+    def _make_table(self, sigma_rows, width):
+        return self.alphas_cumprod.clone()
+
+    def step(self, model_output, sample, timesteps, *, eta: float = 0.0, use_clipped_model_output: bool = False,
+             generator: torch.Generator | None = None, variance_noise=None, return_x0: bool = False,
+             validate: bool = True):
+        """One DDIM step for every sample at its own timestep; returns prev_sample (and the
+        predicted x0 with ``return_x0``), dense or ragged like ``sample``."""
+        if eta < 0:
+            raise ValueError(f"eta must be non-negative, got {eta}")
+        if variance_noise is not None and generator is not None:
+            raise ValueError("pass either generator or variance_noise, not both")
+        noise = None
+        if eta > 0:
+            noise = variance_noise
+            if noise is None:
+                like = sample.values if isinstance(sample, RaggedBatch) else sample
+                noise = torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+                if isinstance(sample, RaggedBatch):
+                    noise = sample.with_values(noise)
+        return self._step(model_output, sample, timesteps, noise=noise, return_x0=return_x0, validate=validate,
+                          final_alpha_cumprod=self.final_alpha_cumprod, eta=float(eta),
+                          clip_range=self.clip_sample_range if self.clip_sample else 0.0,
+                          use_clipped_model_output=bool(use_clipped_model_output))
+
+
+class _SigmaScheduler(_BatchedScheduler):
+    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
+        """One step for every sample at its own timestep; returns prev_sample (and the
+        predicted x0 with ``return_x0``), dense or ragged like ``sample``."""
+        return self._step(model_output, sample, timesteps, return_x0=return_x0, validate=validate)
+
+    def sigma_for(self, timesteps) -> torch.Tensor:
+        """Each sample's current sigma (float64, on the schedule's device)."""
+        t = np.asarray(torch.as_tensor(timesteps).double().cpu())
+        steps = self._check_timesteps(t)
+        sig = [self._sigma_rows[i if len(self._rows) > 1 else 0][k] if k >= 0 else 0.0 for i, k in enumerate(steps)]
+        return torch.tensor(sig, dtype=torch.float64, device=self._device)
+
+
+class EulerDiscreteScheduler(_SigmaScheduler):
+    """diffusers' ``EulerDiscreteScheduler.step`` for a batch with one timestep per sample.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
+    interpolation_type linear; final sigma 0; s_churn = 0 (the default). Not: karras,
+    exponential or beta sigmas, rescale_betas_zero_snr.
+    """
+
+    _kind = _KIND_EULER
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "timestep_spacing", "steps_offset")
+    _unsupported = {"use_karras_sigmas": {False, None}, "use_exponential_sigmas": {False, None},
+                    "use_beta_sigmas": {False, None}, "rescale_betas_zero_snr": {False},
+                    "interpolation_type": {"linear"}, "final_sigmas_type": {"zero"}, "trained_betas": {None},
+                    "timestep_type": {"discrete"}}
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
+                 steps_offset: int = 0):
+        super().__init__(num_train_timesteps, prediction_type)
+        ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float().numpy()
+        self._train_sigmas = np.array(((1 - ac) / ac) ** 0.5)
+        self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
+
+    def _row(self, steps):
+        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=False)
+        t = t.astype(np.float32)
+        sigmas = np.interp(t, np.arange(0, len(self._train_sigmas)), self._train_sigmas)
+        sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32).astype(np.float64)
+        return t.astype(np.float64), sigmas, 0, 0
+
+    def set_timesteps(self, num_inference_steps, device=None):
+        super().set_timesteps(num_inference_steps, device)
+        self.init_noise_sigma = max(float(s[0]) for s in self._sigma_rows)
+
+    def scale_model_input(self, sample, timesteps):
+        """``sample / sqrt(sigma^2 + 1)`` with each sample's own sigma (as diffusers does before
+        the model call)."""
+        sigma = self.sigma_for(timesteps)
+        scale = (1.0 / torch.sqrt(sigma * sigma + 1.0))
+        if isinstance(sample, RaggedBatch):
+            from .ops import affine
+            return affine(sample, scale.to(sample.values.dtype if sample.values.dtype == torch.float64
+                                           else torch.float32), 0.0)
+        shape = (-1,) + (1,) * (sample.dim() - 1)
+        return (sample * scale.to(sample.dtype).view(shape)).to(sample.dtype)
+
+
+class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
+    """diffusers' ``FlowMatchEulerDiscreteScheduler.step`` (SD3 / Flux / Wan-style
+    rectified flow) for a batch with one timestep per sample: ``x + (sigma_next - sigma) * v``.
+
+    Supported: shift (static), or use_dynamic_shifting with ``mu`` (exponential time shift)
+    given to set_timesteps. Not: shift_terminal, karras / exponential / beta sigmas,
+    invert_sigmas, stochastic_sampling, per-token timesteps.
+    """
+
+    _kind = _KIND_FLOW
+    _config_keys = ("num_train_timesteps", "shift", "use_dynamic_shifting")
+    _unsupported = {"shift_terminal": {None}, "use_karras_sigmas": {False, None},
+                    "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
+                    "invert_sigmas": {False}, "stochastic_sampling": {False}, "time_shift_type": {"exponential"}}
+
+    def __init__(self, num_train_timesteps: int = 1000, shift: float = 1.0, use_dynamic_shifting: bool = False):
+        super().__init__(num_train_timesteps, "epsilon")
+        self.shift, self.use_dynamic_shifting = float(shift), bool(use_dynamic_shifting)
+        t = np.linspace(1, num_train_timesteps, num_train_timesteps, dtype=np.float32)[::-1].copy()
+        sigmas = torch.from_numpy(t) / num_train_timesteps
+        if not use_dynamic_shifting:
+            sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
+        self._sigma_min, self._sigma_max = sigmas[-1].item(), sigmas[0].item()
+        self._mu = None
+
+    def set_timesteps(self, num_inference_steps, device=None, mu: float | None = None):
+        if self.use_dynamic_shifting and mu is None:
+            raise ValueError("use_dynamic_shifting needs mu")
+        self._mu = mu
+        super().set_timesteps(num_inference_steps, device)
+
+    def _row(self, steps):
+        t = np.linspace(self._sigma_max * self.num_train_timesteps, self._sigma_min * self.num_train_timesteps, steps)
+        sigmas = t / self.num_train_timesteps
+        if self.use_dynamic_shifting:
+            sigmas = math.exp(self._mu) / (math.exp(self._mu) + (1 / sigmas - 1) ** 1.0)
+        else:
+            sigmas = self.shift * sigmas / (1 + (self.shift - 1) * sigmas)
+        sigmas = torch.from_numpy(sigmas).to(torch.float32)
+        timesteps = (sigmas * self.num_train_timesteps).double().numpy()
+        full = torch.cat([sigmas, torch.zeros(1)]).double().numpy()
+        return timesteps, full, 0, 0
+
+    def _prediction_code(self) -> int:
+        return 3
+
+
+class DPMSolverMultistepScheduler(_SigmaScheduler):
+    """diffusers' ``DPMSolverMultistepScheduler.step`` with algorithm_type "dpmsolver++",
+    solver_order 2, solver_type "midpoint" for a batch with one timestep per sample, the
+    per-sample history (the previous step's x0) kept on the device.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
+    lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min. A sample's first
+    step is first order; its later steps need the history of its previous step (steps must
+    follow each other: ``validate`` checks it). Not: karras / lu / exponential / beta /
+    flow sigmas, thresholding, SDE variants, order 1 or 3, heun, custom timesteps.
+    """
+
+    _kind = _KIND_DPM
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "timestep_spacing", "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type")
+    _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
+                    "thresholding": {False}, "use_karras_sigmas": {False, None}, "use_lu_lambdas": {False, None},
+                    "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
+                    "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
+                    "lambda_min_clipped": {-float("inf")}, "rescale_betas_zero_snr": {False}}
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
+                 steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
+                 final_sigmas_type: str = "zero"):
+        super().__init__(num_train_timesteps, prediction_type)
+        if final_sigmas_type not in ("zero", "sigma_min"):
+            raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
+        self._ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float()
+        self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
+        self.lower_order_final, self.euler_at_final = bool(lower_order_final), bool(euler_at_final)
+        self.final_sigmas_type = final_sigmas_type
+        self._history: torch.Tensor | None = None
+        self._last_step: np.ndarray | None = None
+
+    def _row(self, steps):
+        T = self.num_train_timesteps
+        if self.timestep_spacing == "linspace":
+            t = np.linspace(0, T - 1, steps + 1).round()[::-1][:-1].copy().astype(np.int64)
+        elif self.timestep_spacing == "leading":
+            ratio = T // (steps + 1)
+            t = (np.arange(0, steps + 1) * ratio).round()[::-1][:-1].copy().astype(np.int64) + self.steps_offset
+        elif self.timestep_spacing == "trailing":
+            t = np.arange(T, 0, -T / steps).round().copy().astype(np.int64) - 1
+        else:
+            raise NotImplementedError(f"timestep_spacing {self.timestep_spacing!r} is not supported")
+        ac = self._ac.numpy()
+        train_sigmas = (((1 - self._ac) / self._ac) ** 0.5).numpy()
+        sigmas = np.interp(t, np.arange(0, len(train_sigmas)), train_sigmas)
+        last = ((1 - ac[0]) / ac[0]) ** 0.5 if self.final_sigmas_type == "sigma_min" else 0
+        sigmas = np.concatenate([sigmas, [last]]).astype(np.float32).astype(np.float64)
+        final_first = self.euler_at_final or (self.lower_order_final and len(t) < 15) or self.final_sigmas_type == "zero"
+        return t.astype(np.float64), sigmas, 0, int(final_first)
+
+    def _reset_state(self):
+        self._history = None
+        self._last_step = None
+
+    def _check_timesteps(self, t):
+        steps = super()._check_timesteps(t)
+        if self._last_step is None or len(self._last_step) != len(t):
+            self._last_step = np.full(len(t), -1)
+        for i, k in enumerate(steps):
+            if k > 0 and self._last_step[i] != k - 1:
+                raise ValueError(f"sample {i} is at step {k} of its schedule but its history holds step "
+                                 f"{self._last_step[i]}: DPM-Solver++ steps must follow each other (start at step 0)")
+        self._last_step = np.where(steps >= 0, steps, self._last_step)
+        return steps
+
+    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
+        values = sample.values if isinstance(sample, RaggedBatch) else sample
+        if self._history is None or self._history.shape != values.shape or self._history.dtype != values.dtype \
+                or self._history.device != values.device:
+            self._history = torch.zeros_like(values).contiguous()
+        history = self._history.reshape(-1)
+        return self._step(model_output, sample, timesteps, history=history, return_x0=return_x0, validate=validate)
+
+
+__all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
+           "DPMSolverMultistepScheduler"]
