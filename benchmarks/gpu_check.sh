@@ -2,15 +2,20 @@
 # On a machine with a CUDA GPU and torch installed: build octopus, run the whole test
 # suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
 # the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
-# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler").
+# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion").
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
-# /usr/src/googletest from Debian's libgtest-dev).
+# /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
+# (diffusers, for the parity tests) can be put in .whl/.
 set -uo pipefail
 out=${1:-benchmarks/results}
-benches=${BENCHES:-affine scheduler}
+benches=${BENCHES:-affine scheduler diffusion}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/octopus-wheels .whl/*.whl || status=1
+  export PYTHONPATH=/tmp/octopus-wheels${PYTHONPATH:+:$PYTHONPATH}
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 python3 -m pip install --no-build-isolation --no-deps -q . 2>&1 | tail -n 20 | tee "$out/build.log" || status=1
 python3 -m pytest tests/python -q -ra 2>&1 | tail -n 60 | tee "$out/pytest.log"
@@ -26,6 +31,7 @@ for bench in $benches; do
   case $bench in
     affine) python3 -m octopus.bench --json "$out/affine_${gpu}_${day}.json" ;;
     scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
+    diffusion) python3 -m octopus.bench.diffusion --json "$out/diffusion_${gpu}_${day}.json" ;;
     *) echo "unknown benchmark $bench"; false ;;
   esac 2>&1 | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

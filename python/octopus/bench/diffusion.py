@@ -1,0 +1,163 @@
+"""``python -m octopus.bench.diffusion``: one sampler step for a batch in which every sample
+is at its own timestep.
+
+Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x104 (a sample
+is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M. Modes,
+side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
+(one scheduler per sample, where diffusers is installed); a vectorized plain-PyTorch step
+(coefficients gathered per sample and broadcast; DDIM only); octopus's fused step; the
+same 30-step loop of the fused step captured as a CUDA graph (per step); and the memory
+floor: the step's bytes (two latents read, one written; DPM also reads and writes its
+history) at the device's measured copy bandwidth. CUDA events, medians after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+
+import torch
+
+import octopus
+from octopus import diffusion as od
+
+from .__main__ import environment
+from .timing import copy_bandwidth_gbs, median_ms
+
+SHAPES = {"images": (64, 4, 128, 128), "videos": (16, 16, 4, 60, 104)}
+
+
+def _ddim_vectorized(sched: od.DDIMScheduler, ac: torch.Tensor, ratio: int):
+    """DDIM (eta 0, epsilon, no clipping) written with plain PyTorch ops over the batch."""
+
+    def step(m, x, t):
+        shape = (-1,) + (1,) * (x.dim() - 1)
+        at = ac[t].view(shape)
+        prev = t - ratio
+        ap = torch.where(prev >= 0, ac[prev.clamp(min=0)], torch.ones_like(ac[0])).view(shape)
+        x0 = (x - (1 - at).sqrt() * m) / at.sqrt()
+        return ap.sqrt() * x0 + (1 - ap).sqrt() * m
+
+    return step
+
+
+def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
+    copy_gbs = copy_bandwidth_gbs(device, 2 << 30)
+    try:
+        import diffusers
+    except ImportError:
+        diffusers = None
+    rows = []
+    for shape_name in shapes:
+        shape = SHAPES[shape_name]
+        n = shape[0]
+        g = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn(shape, device=device, generator=g)
+        m = torch.randn(shape, device=device, generator=g)
+        nbytes = x.numel() * 4
+        for sampler in ("DDIM", "DPMSolverPP2M"):
+            config = dict(clip_sample=False) if sampler == "DDIM" else {}
+            cls = od.DDIMScheduler if sampler == "DDIM" else od.DPMSolverMultistepScheduler
+            sched = cls(**config)
+            sched.set_timesteps(steps, device=device)
+            # Every sample at its own step; DPM samples start at step 0 so their history is valid.
+            picks = torch.randint(0, steps, (n,), generator=torch.Generator().manual_seed(1))
+            if sampler != "DDIM":
+                picks.zero_()
+            t = sched.timesteps[picks].to(device=device, dtype=torch.float64)
+            moved = 3 * nbytes if sampler == "DDIM" else 5 * nbytes
+
+            def row(mode, ms, note=""):
+                rows.append(dict(shape=shape_name, sampler=sampler, mode=mode, ms=ms, samples=n,
+                                 elements=x.numel(), gbs=moved / ms / 1e6 if ms else None,
+                                 pct_copy=100 * moved / ms / 1e6 / copy_gbs if ms else None, note=note))
+
+            row("memory floor", moved / copy_gbs / 1e6)
+            fused = median_ms(lambda: sched.step(m, x, t, validate=False), device, warmup=5, repeats=repeats)
+            row("octopus fused", fused)
+            if sampler == "DDIM":
+                vec = _ddim_vectorized(sched, sched.alphas_cumprod.to(device).float(),
+                                       sched.num_train_timesteps // steps)
+                ti = t.long()
+                row("vectorized PyTorch", median_ms(lambda: vec(m, x, ti), device, warmup=5, repeats=repeats))
+                ref = vec(m, x, ti)
+                got = sched.step(m, x, t, validate=False)
+                assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), "fused DDIM disagrees with the PyTorch version"
+            if diffusers is not None:
+                dcls = getattr(diffusers, "DDIMScheduler" if sampler == "DDIM" else "DPMSolverMultistepScheduler")
+                base = dcls(**config)
+                base.set_timesteps(steps)
+                per_sample = [copy.deepcopy(base) for _ in range(n)]
+                tt = [base.timesteps[int(k)] for k in picks]
+
+                def loop():
+                    for i in range(n):
+                        s = per_sample[i]
+                        if sampler != "DDIM":  # keep each DPM scheduler at its first step
+                            s._step_index, s.lower_order_nums = None, 0
+                        s.step(m[i:i + 1], tt[i], x[i:i + 1])
+
+                try:
+                    row("diffusers per-sample loop", median_ms(loop, device, warmup=2, repeats=max(3, repeats // 4)))
+                except Exception as error:  # report what diffusers refused rather than stop the run
+                    row("diffusers per-sample loop", None, f"failed: {type(error).__name__}: {str(error)[:80]}")
+            else:
+                row("diffusers per-sample loop", None, "diffusers is not installed")
+            # A captured 30-step loop, every sample stepping along its own schedule.
+            loop_steps = 30
+            sched.set_timesteps(loop_steps, device=device)
+            offsets = torch.randint(0, 8, (n,), generator=torch.Generator().manual_seed(2))
+            if sampler != "DDIM":
+                offsets.zero_()
+            schedule = sched.timesteps.double()
+            times = [torch.where(offsets + k < loop_steps, schedule[(offsets + k).clamp(max=loop_steps - 1)],
+                                 torch.full((n,), -1.0, dtype=torch.float64)).to(device) for k in range(loop_steps)]
+            sched.step(m, x, times[0], validate=False)  # allocates DPM's history outside the capture
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = x
+                for k in range(loop_steps):
+                    y = sched.step(m, y, times[k], validate=False)
+            per_step = median_ms(graph.replay, device, warmup=2, repeats=max(5, repeats // 4)) / loop_steps
+            row("octopus fused, CUDA graph of 30 steps (per step)", per_step)
+    return dict(environment=environment(device), copy_gbs=copy_gbs, steps=steps, rows=rows)
+
+
+def format_table(result: dict) -> str:
+    lines = [f"copy bandwidth {result['copy_gbs']:.0f} GB/s"]
+    key = None
+    for r in result["rows"]:
+        if (r["shape"], r["sampler"]) != key:
+            key = (r["shape"], r["sampler"])
+            lines += ["", f"{r['sampler']} on {r['shape']} {SHAPES[r['shape']]} ({r['samples']} samples)",
+                      "{:<52}{:>10}{:>9}".format("mode", "ms", "% copy")]
+        if r["ms"] is None:
+            lines.append("{:<52}  {}".format(r["mode"], r["note"]))
+        else:
+            lines.append("{:<52}{:>10.4f}{:>8.1f}%".format(r["mode"], r["ms"], r["pct_copy"]))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m octopus.bench.diffusion", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--steps", type=int, default=50, help="inference steps of the schedules")
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if not (torch.cuda.is_available() and octopus.built_with_cuda):
+        print("octopus.bench.diffusion needs a CUDA device; nothing was measured", file=sys.stderr)
+        return 1
+    result = run(torch.device("cuda"), args.shapes, args.steps, args.repeats)
+    print(format_table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
