@@ -456,3 +456,7 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
 
 __all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
            "DPMSolverMultistepScheduler"]
+
+from .per_sample_stepper import PerSampleStepper  # noqa: E402  (re-exported here)
+
+__all__.append("PerSampleStepper")

@@ -4,7 +4,8 @@ is at its own timestep.
 Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x104 (a sample
 is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M. Modes,
 side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
-(one scheduler per sample, where diffusers is installed); a vectorized plain-PyTorch step
+(one scheduler per sample, where diffusers is installed), the same on 4 leased streams, and
+grouped by timestep (``PerSampleStepper``'s three modes); a vectorized plain-PyTorch step
 (coefficients gathered per sample and broadcast; DDIM only); octopus's fused step; the
 same 30-step loop of the fused step captured as a CUDA graph (per step); and the memory
 floor: the step's bytes (two latents read, one written; DPM also reads and writes its
@@ -14,7 +15,6 @@ history) at the device's measured copy bandwidth. CUDA events, medians after war
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 
@@ -62,10 +62,8 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
             cls = od.DDIMScheduler if sampler == "DDIM" else od.DPMSolverMultistepScheduler
             sched = cls(**config)
             sched.set_timesteps(steps, device=device)
-            # Every sample at its own step; DPM samples start at step 0 so their history is valid.
+            # Every sample at its own step (DPM's history holds whatever the last call left).
             picks = torch.randint(0, steps, (n,), generator=torch.Generator().manual_seed(1))
-            if sampler != "DDIM":
-                picks.zero_()
             t = sched.timesteps[picks].to(device=device, dtype=torch.float64)
             moved = 3 * nbytes if sampler == "DDIM" else 5 * nbytes
 
@@ -87,22 +85,24 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
                 assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), "fused DDIM disagrees with the PyTorch version"
             if diffusers is not None:
                 dcls = getattr(diffusers, "DDIMScheduler" if sampler == "DDIM" else "DPMSolverMultistepScheduler")
-                base = dcls(**config)
-                base.set_timesteps(steps)
-                per_sample = [copy.deepcopy(base) for _ in range(n)]
-                tt = [base.timesteps[int(k)] for k in picks]
+                t_list = t.tolist()
+                for mode in ("loop", "streams", "grouped"):
+                    stepper = od.PerSampleStepper(dcls(**config), n, mode=mode)
+                    stepper.set_timesteps(steps)
 
-                def loop():
-                    for i in range(n):
-                        s = per_sample[i]
-                        if sampler != "DDIM":  # keep each DPM scheduler at its first step
-                            s._step_index, s.lower_order_nums = None, 0
-                        s.step(m[i:i + 1], tt[i], x[i:i + 1])
+                    def step_once():
+                        if sampler != "DDIM":  # put every DPM scheduler back at its sample's step
+                            for k, s in zip(picks.tolist(), stepper.schedulers):
+                                s._step_index, s.lower_order_nums = k, min(k, 1)
+                                s.model_outputs = [None, torch.zeros_like(x[:1])]
+                        stepper.step(m, x, t_list)
 
-                try:
-                    row("diffusers per-sample loop", median_ms(loop, device, warmup=2, repeats=max(3, repeats // 4)))
-                except Exception as error:  # report what diffusers refused rather than stop the run
-                    row("diffusers per-sample loop", None, f"failed: {type(error).__name__}: {str(error)[:80]}")
+                    label = {"loop": "diffusers per-sample loop", "streams": "diffusers per sample, 4 leased streams",
+                             "grouped": "diffusers, samples grouped by timestep"}[mode]
+                    try:
+                        row(label, median_ms(step_once, device, warmup=2, repeats=max(3, repeats // 4)))
+                    except Exception as error:  # report what diffusers refused rather than stop the run
+                        row(label, None, f"failed: {type(error).__name__}: {str(error)[:80]}")
             else:
                 row("diffusers per-sample loop", None, "diffusers is not installed")
             # A captured 30-step loop, every sample stepping along its own schedule.
