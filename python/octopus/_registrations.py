@@ -73,7 +73,8 @@ torch.library.register_autograd("octopus::affine", _affine_backward, setup_conte
 @torch.library.register_fake("octopus::sampler_step")
 def _sampler_step_fake(model_output, sample, offsets, timesteps, schedule, table, row_info, kind, prediction,
                        final_alpha_cumprod=1.0, eta=0.0, clip_range=0.0, use_clipped_model_output=False, noise=None,
-                       history=None, return_x0=False, strategy="block_search", metadata=None):
+                       history=None, history2=None, last_sample=None, return_x0=False, strategy="block_search",
+                       metadata=None):
     torch._check(model_output.shape == sample.shape, lambda: "model_output must have the sample's shape")
     torch._check(timesteps.shape[0] == offsets.shape[0] - 1, lambda: "timesteps must have one entry per sample")
     return torch.empty_like(sample), sample.new_empty((sample.shape[0] if return_x0 else 0,))

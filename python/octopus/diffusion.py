@@ -24,7 +24,7 @@ from . import _library  # noqa: F401  (loads the ops)
 from .ragged import RaggedBatch
 
 _PREDICTIONS = {"epsilon": 0, "v_prediction": 1, "sample": 2}
-_KIND_DDIM, _KIND_EULER, _KIND_FLOW, _KIND_DPM = 0, 1, 2, 3
+_KIND_DDIM, _KIND_EULER, _KIND_FLOW, _KIND_DPM, _KIND_UNIPC = 0, 1, 2, 3, 4
 
 
 def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float) -> torch.Tensor:
@@ -183,8 +183,8 @@ class _BatchedScheduler:
             steps[i] = k[0]
         return steps
 
-    def _step(self, model_output, sample, timesteps, *, noise=None, history=None, return_x0=False, validate=True,
-              **scalars):
+    def _step(self, model_output, sample, timesteps, *, noise=None, history=None, history2=None, last_sample=None,
+              return_x0=False, validate=True, **scalars):
         values, offsets, strategy, meta, rebuild = self._latents("sample", sample)
         m_values = self._latents("model_output", model_output, like=sample)[0]
         n = offsets.numel() - 1
@@ -199,7 +199,7 @@ class _BatchedScheduler:
             m_values, values, offsets, t, self._schedule, self._table, self._row_info, self._kind,
             self._prediction_code(), scalars.get("final_alpha_cumprod", 1.0), scalars.get("eta", 0.0),
             scalars.get("clip_range", 0.0), scalars.get("use_clipped_model_output", False), noise_values, history,
-            return_x0, strategy, meta)
+            history2, last_sample, return_x0, strategy, meta)
         prev = rebuild(prev)
         return (prev, rebuild(x0)) if return_x0 else prev
 
@@ -455,7 +455,61 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
 
 
 __all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
-           "DPMSolverMultistepScheduler"]
+           "DPMSolverMultistepScheduler", "UniPCMultistepScheduler"]
+
+
+class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
+    """diffusers' ``UniPCMultistepScheduler.step`` (solver_type "bh2", solver_order 2,
+    predict_x0) for a batch with one timestep per sample: the UniC corrector of the previous
+    step and the UniP predictor in one launch, with each sample's last two x0 predictions and
+    its last corrected sample kept on the device.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
+    lower_order_final (without it, a final sigma of 0 makes the last order-2 step divide by
+    zero, in diffusers too); final sigma 0. Steps must follow each other from a sample's step 0.
+    Not: bh1, orders other than 2, disable_corrector, solver_p, karras / exponential / beta /
+    flow sigmas, thresholding.
+    """
+
+    _kind = _KIND_UNIPC
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "timestep_spacing", "steps_offset", "lower_order_final")
+    _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
+                    "solver_p": {None}, "thresholding": {False}, "use_karras_sigmas": {False, None},
+                    "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
+                    "use_flow_sigmas": {False, None}, "final_sigmas_type": {"zero"}, "trained_betas": {None},
+                    "rescale_betas_zero_snr": {False}, "use_dynamic_shifting": {False}}
+
+    @classmethod
+    def from_config(cls, config, **overrides):
+        config = dict(getattr(config, "config", config))
+        config["disable_corrector"] = tuple(config.get("disable_corrector", ()))  # a list is not hashable
+        return super().from_config(config, **overrides)
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
+                 steps_offset: int = 0, lower_order_final: bool = True):
+        super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
+                         steps_offset, lower_order_final=lower_order_final)
+        self._state: tuple | None = None
+
+    def _row(self, steps):
+        t, sigmas, ratio, _ = super()._row(steps)
+        return t, sigmas, ratio, int(self.lower_order_final)
+
+    def _reset_state(self):
+        super()._reset_state()
+        self._state = None
+
+    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
+        values = sample.values if isinstance(sample, RaggedBatch) else sample
+        if self._state is None or self._state[0].shape != values.reshape(-1).shape \
+                or self._state[0].dtype != values.dtype or self._state[0].device != values.device:
+            self._state = tuple(torch.zeros(values.numel(), dtype=values.dtype, device=values.device) for _ in range(3))
+        history, history2, last_sample = self._state
+        return self._step(model_output, sample, timesteps, history=history, history2=history2,
+                          last_sample=last_sample, return_x0=return_x0, validate=validate)
 
 from .per_sample_stepper import PerSampleStepper  # noqa: E402  (re-exported here)
 

@@ -30,6 +30,11 @@ CASES = [
                                          timestep_spacing="leading", steps_offset=1), {}),
     ("DPMSolverMultistepScheduler", dict(prediction_type="sample", beta_schedule="scaled_linear",
                                          beta_start=0.00085, beta_end=0.012), {}),
+    ("UniPCMultistepScheduler", {}, {}),
+    ("UniPCMultistepScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing",
+                                     beta_schedule="squaredcos_cap_v2"), {}),
+    ("UniPCMultistepScheduler", dict(prediction_type="sample", timestep_spacing="leading", steps_offset=1,
+                                     beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), {}),
 ]
 IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
 
@@ -154,7 +159,7 @@ def test_return_x0_and_half_precision():
 
 
 @pytest.mark.parametrize("name", ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
-                                  "DPMSolverMultistepScheduler"])
+                                  "DPMSolverMultistepScheduler", "UniPCMultistepScheduler"])
 def test_opcheck(device, name):
     sched = getattr(od, name)()
     sched.set_timesteps(8, device=device)
@@ -163,11 +168,15 @@ def test_opcheck(device, name):
     m = torch.randn_like(x)
     offsets = torch.arange(4, device=device) * 32
     t = timesteps[:3].double().to(device)
-    history = torch.zeros(96, device=device)
+    state = [torch.randn(96, device=device) for _ in range(3)]
     args = (m.reshape(-1), x.reshape(-1), offsets, t, sched._schedule, sched._table, sched._row_info, sched._kind,
             sched._prediction_code())
-    torch.library.opcheck(torch.ops.octopus.sampler_step.default, args,
-                          dict(history=history if sched._kind == 3 else None, return_x0=True))
+    kwargs = dict(return_x0=True)
+    if sched._kind >= 3:
+        kwargs["history"] = state[0]
+    if sched._kind == 4:
+        kwargs.update(history2=state[1], last_sample=state[2])
+    torch.library.opcheck(torch.ops.octopus.sampler_step.default, args, kwargs)
 
 
 @pytest.mark.cuda
@@ -222,6 +231,8 @@ def test_bad_input_gets_clear_errors():
         od.EulerDiscreteScheduler.from_config({"use_karras_sigmas": True})
     with pytest.raises(NotImplementedError, match="solver_order"):
         od.DPMSolverMultistepScheduler.from_config({"solver_order": 3})
+    with pytest.raises(NotImplementedError, match="disable_corrector"):
+        od.UniPCMultistepScheduler.from_config({"disable_corrector": [0]})
     dpm = od.DPMSolverMultistepScheduler()
     dpm.set_timesteps(10)
     with pytest.raises(ValueError, match="history"):

@@ -32,11 +32,14 @@ SamplerStepArgs prepare_sampler_step(const at::Tensor& model_output, const at::T
                                      int64_t kind, int64_t prediction, double final_alpha_cumprod, double eta,
                                      double clip_range, bool use_clipped_model_output,
                                      const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
-                                     bool return_x0, c10::string_view strategy) {
+                                     const c10::optional<at::Tensor>& history2,
+                                     const c10::optional<at::Tensor>& last_sample, bool return_x0,
+                                     c10::string_view strategy) {
   SamplerStepArgs a;
   a.strategy = parse_strategy(strategy);
   a.block_elems = resolve_block_elems(0);
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 3, "kind must be 0 (DDIM), 1 (Euler), 2 (flow Euler) or 3 (DPM-Solver++ 2M), got ", kind);
+  TORCH_CHECK_VALUE(kind >= 0 && kind <= 4,
+                    "kind must be 0 (DDIM), 1 (Euler), 2 (flow Euler), 3 (DPM-Solver++ 2M) or 4 (UniPC), got ", kind);
   TORCH_CHECK_VALUE(prediction >= 0 && prediction <= 3,
                     "prediction must be 0 (epsilon), 1 (v_prediction), 2 (sample) or 3 (flow), got ", prediction);
   TORCH_CHECK_VALUE(eta >= 0.0, "eta must be non-negative, got ", eta);
@@ -63,15 +66,22 @@ SamplerStepArgs prepare_sampler_step(const at::Tensor& model_output, const at::T
                       "table (sigmas) must be [", rows, ", ", steps + 1, "], got shape ", table.sizes());
   }
   a.noise = noise.has_value() ? *noise : at::Tensor();
-  a.history = history.has_value() ? *history : at::Tensor();
   if (a.noise.defined()) check_latent(a.noise, "noise", sample);
-  if (a.history.defined()) {
-    check_latent(a.history, "history", sample);
-    TORCH_CHECK_VALUE(a.history.is_contiguous() && reinterpret_cast<uintptr_t>(a.history.data_ptr()) % 16 == 0,
-                      "history must be contiguous and 16-byte aligned (it is updated in place)");
-  }
+  auto state = [&](const c10::optional<at::Tensor>& t, const char* name) {
+    if (!t.has_value()) return at::Tensor();
+    check_latent(*t, name, sample);
+    TORCH_CHECK_VALUE(t->is_contiguous() && reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, name,
+                      " must be contiguous and 16-byte aligned (it is updated in place)");
+    return *t;
+  };
+  a.history = state(history, "history");
+  a.history2 = state(history2, "history2");
+  a.last_sample = state(last_sample, "last_sample");
   TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) || a.history.defined(),
                     "DPM-Solver++ 2M needs a history buffer");
+  TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::UniPC) ||
+                        (a.history.defined() && a.history2.defined() && a.last_sample.defined()),
+                    "UniPC needs history, history2 and last_sample buffers");
   a.sample = kernel_ready(sample);
   a.model_output = kernel_ready(model_output);
   if (a.noise.defined()) a.noise = kernel_ready(a.noise);
@@ -95,11 +105,12 @@ std::tuple<at::Tensor, at::Tensor> sampler_step_cpu(
     const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& offsets, const at::Tensor& timesteps,
     const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info, int64_t kind, int64_t prediction,
     double final_alpha_cumprod, double eta, double clip_range, bool use_clipped_model_output,
-    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history, bool return_x0,
+    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
+    const c10::optional<at::Tensor>& history2, const c10::optional<at::Tensor>& last_sample, bool return_x0,
     c10::string_view strategy, const c10::optional<at::Tensor>& metadata) {
   SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
                                            prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
-                                           noise, history, return_x0, strategy);
+                                           noise, history, history2, last_sample, return_x0, strategy);
   validate_layout(a.offsets, at::Tensor(), a.sample.numel());
   const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
                                        build_plan_cpu);
@@ -116,7 +127,7 @@ TORCH_LIBRARY_FRAGMENT(octopus, m) {
       "sampler_step(Tensor model_output, Tensor sample, Tensor offsets, Tensor timesteps, Tensor schedule, "
       "Tensor table, Tensor row_info, int kind, int prediction, float final_alpha_cumprod=1.0, float eta=0.0, "
       "float clip_range=0.0, bool use_clipped_model_output=False, Tensor? noise=None, Tensor(a!)? history=None, "
-      "bool return_x0=False, str strategy=\"block_search\", Tensor? metadata=None) -> (Tensor, Tensor)");
+      "Tensor(b!)? history2=None, Tensor(c!)? last_sample=None, bool return_x0=False, str strategy=\"block_search\", Tensor? metadata=None) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("sampler_step", &sampler_step_cpu); }

@@ -14,13 +14,14 @@ std::tuple<at::Tensor, at::Tensor> sampler_step_cuda(
     const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& offsets, const at::Tensor& timesteps,
     const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info, int64_t kind, int64_t prediction,
     double final_alpha_cumprod, double eta, double clip_range, bool use_clipped_model_output,
-    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history, bool return_x0,
+    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
+    const c10::optional<at::Tensor>& history2, const c10::optional<at::Tensor>& last_sample, bool return_x0,
     c10::string_view strategy, const c10::optional<at::Tensor>& metadata) {
   const c10::cuda::CUDAGuard guard(sample.device());
   // No host reads here: the Python schedulers check timesteps and offsets before a step.
   SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
                                            prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
-                                           noise, history, return_x0, strategy);
+                                           noise, history, history2, last_sample, return_x0, strategy);
   const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
                                        build_plan_cuda);
   with_sampler_step_op(a, [&](const auto& op) {

@@ -1,11 +1,13 @@
 // One diffusion sampler step for a whole batch, each sample at its own timestep.
 //
-// Every fused sampler (DDIM, Euler, flow-matching Euler, DPM-Solver++ 2M) is, per sample,
-// a linear update with coefficients that depend only on that sample's timestep:
+// Every fused sampler (DDIM, Euler, flow-matching Euler, DPM-Solver++ 2M, UniPC bh2) is,
+// per sample, a linear update with coefficients that depend only on that sample's step:
 //   x0   = clip(a * x + b * m)                  (the predicted clean sample)
-//   prev = p * x + q * x0 + r * m + s * z + u * h
-// with x the sample, m the model output, z noise, h the sample's previous x0 (the
-// multistep history, overwritten with this step's x0). item(i) looks up sample i's step
+//   xs   = e * x + cl * L + c1 * h + c2 * h2 + cx * x0   (UniPC's corrected sample; else x)
+//   prev = p * xs + q * x0 + r * m + s * z + u * h
+// with x the sample, m the model output, z noise, h and h2 the sample's x0 of its last two
+// steps and L its last corrected sample (the multistep history: h becomes this step's x0,
+// h2 the old h, L the new xs). item(i) looks up sample i's step
 // in its schedule and computes the coefficients in double from the device tables; the
 // elements then cost a few fused multiply-adds. A negative timestep leaves its sample as it
 // is (prev = x, history untouched): samples that have finished, or not started yet, ride
@@ -20,7 +22,7 @@
 
 namespace octopus {
 
-enum class SamplerKind : int64_t { DDIM = 0, Euler = 1, FlowEuler = 2, DPMSolverPP2M = 3 };
+enum class SamplerKind : int64_t { DDIM = 0, Euler = 1, FlowEuler = 2, DPMSolverPP2M = 3, UniPC = 4 };
 enum class Prediction : int64_t { Epsilon = 0, VPrediction = 1, Sample = 2, Flow = 3 };
 
 // Per-row (one row shared by all samples, or one per sample) integer facts.
@@ -47,6 +49,7 @@ struct SamplerParams {
 
 struct StepCoefficients {
   double a, b, p, q, r, s, u, clip;
+  double e = 1.0, cl = 0.0, c1 = 0.0, c2 = 0.0, cx = 0.0;  // UniPC's corrector
 };
 
 OCTOPUS_HD int64_t clamp_to(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
@@ -148,16 +151,104 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t r
   return c;
 }
 
+// log(alpha) - log(sigma) of a sigma (+inf at sigma 0).
+OCTOPUS_HD double lambda_of(double sigma) {
+  double alpha, sigma_t;
+  alpha_sigma(sigma, &alpha, &sigma_t);
+  return log(alpha) - log(sigma_t);
+}
+
+// UniPC's B(h) weights for one update of `order` (1 or 2) with step ratio rk (order 2):
+// rho[0] weighs the older difference, rho[1] the newest (as diffusers solves R rho = b).
+OCTOPUS_HD void unipc_rhos(double h, double rk, int order, bool corrector, double* rho0, double* rho1) {
+  const double hh = -h;  // predict_x0
+  const double h_phi_1 = expm1(hh);
+  const double b_h = expm1(hh);  // bh2
+  double h_phi_k = h_phi_1 / hh - 1.0;
+  const double b1 = h_phi_k * 1.0 / b_h;
+  h_phi_k = h_phi_k / hh - 1.0 / 2.0;
+  const double b2 = h_phi_k * 2.0 / b_h;
+  if (order == 1) {
+    *rho0 = 0.0;
+    *rho1 = corrector ? 0.5 : 0.0;
+    return;
+  }
+  if (!corrector) {  // the predictor of order 2 uses rho = 0.5 on its one difference
+    *rho0 = 0.5;
+    *rho1 = 0.0;
+    return;
+  }
+  *rho0 = (b1 - b2) / (1.0 - rk);  // R = [[1, 1], [rk, 1]], R rho = b
+  *rho1 = b1 - *rho0;
+}
+
+// UniPC (bh2, order 2, predict_x0): the corrector of the previous step's prediction with
+// this model output, then the predictor. Step k's order is min(2, k + 1, length - k).
+OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t row, double t) {
+  const int64_t* info = P.row_info + row * RowInfo::kColumns;
+  const int64_t length = info[RowInfo::kLength];
+  const double* sched = P.schedule + row * P.schedule_stride;
+  const double* sigmas = P.table + row * (P.schedule_stride + 1);
+  const int64_t k = schedule_index(sched, length, t);
+  const bool lower_order_final = info[RowInfo::kFinalFirstOrder] != 0;
+  auto order_at = [&](int64_t step) {
+    int64_t o = 2;
+    if (lower_order_final && length - step < o) o = length - step;
+    return static_cast<int>(o < step + 1 ? o : step + 1);
+  };
+  StepCoefficients c{};
+  double alpha_s, sigma_s;
+  alpha_sigma(sigmas[k], &alpha_s, &sigma_s);
+  switch (P.prediction) {  // x0 from the model output at sigma_k
+    case Prediction::Epsilon: c.a = 1.0 / alpha_s; c.b = -sigma_s / alpha_s; break;
+    case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
+    default: c.a = alpha_s; c.b = -sigma_s; break;
+  }
+  c.e = 1.0;
+  if (k > 0) {  // corrector: xs from L (the last corrected sample), h = x0_{k-1}, h2 = x0_{k-2}, x0
+    const int order = order_at(k - 1);
+    double alpha_t, sigma_t, alpha_0, sigma_0;
+    alpha_sigma(sigmas[k], &alpha_t, &sigma_t);
+    alpha_sigma(sigmas[k - 1], &alpha_0, &sigma_0);
+    const double h = lambda_of(sigmas[k]) - lambda_of(sigmas[k - 1]);
+    const double rk = order == 2 ? (lambda_of(sigmas[k - 2]) - lambda_of(sigmas[k - 1])) / h : 1.0;
+    double rho0, rho1;
+    unipc_rhos(h, rk, order, true, &rho0, &rho1);
+    const double w = alpha_t * expm1(-h);  // alpha_t * B_h, and alpha_t * h_phi_1
+    // xs = (sigma_t / sigma_0) L - w m0 - w (rho0 (h2 - m0) / rk + rho1 (x0 - m0)), m0 = h
+    c.e = 0.0;
+    c.cl = sigma_t / sigma_0;
+    c.c1 = -w + (order == 2 ? w * rho0 / rk : 0.0) + w * rho1;
+    c.c2 = order == 2 ? -w * rho0 / rk : 0.0;
+    c.cx = -w * rho1;
+  }
+  // predictor from xs with m0 = x0 and, at order 2, h = x0_{k-1}
+  const int order = order_at(k);
+  double alpha_t, sigma_t, alpha_0, sigma_0;
+  alpha_sigma(sigmas[k + 1], &alpha_t, &sigma_t);
+  alpha_sigma(sigmas[k], &alpha_0, &sigma_0);
+  const double h = lambda_of(sigmas[k + 1]) - lambda_of(sigmas[k]);
+  const double w = alpha_t * expm1(-h);
+  c.p = sigma_t / sigma_0;
+  c.q = -w;
+  if (order == 2) {  // - w * 0.5 * (h - x0) / rk
+    const double rk = (lambda_of(sigmas[k - 1]) - lambda_of(sigmas[k])) / h;
+    c.q += 0.5 * w / rk;
+    c.u = -0.5 * w / rk;
+  }
+  return c;
+}
+
 template <typename scalar_t, typename acc_t>
 struct SamplerStepOp {
   static constexpr int kVec = 16 / sizeof(scalar_t);
   static constexpr int kUnroll = 2;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
-    V m, x, z, h;
+    V m, x, z, h, h2, l;
   };
   struct Item {
-    acc_t a, b, p, q, r, s, u, clip;
+    acc_t a, b, p, q, r, s, u, clip, e, cl, c1, c2, cx;
     bool skip;  // negative timestep: prev = x, history untouched
   };
 
@@ -165,6 +256,8 @@ struct SamplerStepOp {
   const scalar_t* __restrict__ sample;
   const scalar_t* __restrict__ noise;  // null: no noise term
   scalar_t* __restrict__ history;      // null: no history (read, then overwritten with x0)
+  scalar_t* __restrict__ history2;     // UniPC: the x0 before that (becomes the old history)
+  scalar_t* __restrict__ last_sample;  // UniPC: the last corrected sample (becomes xs)
   scalar_t* __restrict__ prev_sample;
   scalar_t* __restrict__ pred_x0;      // null: not wanted
   SamplerParams params;
@@ -172,12 +265,19 @@ struct SamplerStepOp {
   OCTOPUS_HD Item item(int64_t i) const {
     const int64_t row = params.rows == 1 ? 0 : i;
     const double t = params.timesteps[i];
-    if (!(t >= 0.0)) return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
-    const StepCoefficients c = params.kind == SamplerKind::DDIM ? ddim_coefficients(params, row, t)
-                                                                 : sigma_coefficients(params, row, t);
-    return Item{static_cast<acc_t>(c.a), static_cast<acc_t>(c.b), static_cast<acc_t>(c.p), static_cast<acc_t>(c.q),
-                static_cast<acc_t>(c.r), static_cast<acc_t>(noise != nullptr ? c.s : 0.0),
-                static_cast<acc_t>(history != nullptr ? c.u : 0.0), static_cast<acc_t>(c.clip), false};
+    if (!(t >= 0.0)) {
+      return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0),
+                  acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
+    }
+    StepCoefficients c;
+    switch (params.kind) {
+      case SamplerKind::DDIM: c = ddim_coefficients(params, row, t); break;
+      case SamplerKind::UniPC: c = unipc_coefficients(params, row, t); break;
+      default: c = sigma_coefficients(params, row, t); break;
+    }
+    auto f = [](double v) { return static_cast<acc_t>(v); };
+    return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(noise != nullptr ? c.s : 0.0),
+                f(history != nullptr ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), false};
   }
 
   OCTOPUS_HD InVec load(int64_t g) const {
@@ -186,41 +286,56 @@ struct SamplerStepOp {
     v.x = *reinterpret_cast<const V*>(sample + g);
     if (noise != nullptr) v.z = *reinterpret_cast<const V*>(noise + g);
     if (history != nullptr) v.h = *reinterpret_cast<const V*>(history + g);
+    if (history2 != nullptr) v.h2 = *reinterpret_cast<const V*>(history2 + g);
+    if (last_sample != nullptr) v.l = *reinterpret_cast<const V*>(last_sample + g);
     return v;
   }
 
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec& v) const {
-    V prev, x0v;
+    V prev, x0v, xsv;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      const acc_t z = noise != nullptr ? static_cast<acc_t>(v.z.v[k]) : acc_t(0);
-      const acc_t h = history != nullptr ? static_cast<acc_t>(v.h.v[k]) : acc_t(0);
-      acc_t x0;
-      prev.v[k] = static_cast<scalar_t>(
-          step(it, static_cast<acc_t>(v.x.v[k]), static_cast<acc_t>(v.m.v[k]), z, h, &x0));
+      acc_t x0, xs;
+      prev.v[k] = static_cast<scalar_t>(step(it, static_cast<acc_t>(v.x.v[k]), static_cast<acc_t>(v.m.v[k]),
+                                             value(noise, v.z.v[k]), value(history, v.h.v[k]),
+                                             value(history2, v.h2.v[k]), value(last_sample, v.l.v[k]), &x0, &xs));
       x0v.v[k] = static_cast<scalar_t>(x0);
+      xsv.v[k] = static_cast<scalar_t>(xs);
     }
     *reinterpret_cast<V*>(prev_sample + g) = prev;
     if (pred_x0 != nullptr) *reinterpret_cast<V*>(pred_x0 + g) = x0v;
-    if (history != nullptr && !it.skip) *reinterpret_cast<V*>(history + g) = x0v;
+    if (it.skip) return;
+    if (history2 != nullptr) *reinterpret_cast<V*>(history2 + g) = v.h;
+    if (history != nullptr) *reinterpret_cast<V*>(history + g) = x0v;
+    if (last_sample != nullptr) *reinterpret_cast<V*>(last_sample + g) = xsv;
   }
 
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
-    const acc_t z = noise != nullptr ? static_cast<acc_t>(noise[g]) : acc_t(0);
-    const acc_t h = history != nullptr ? static_cast<acc_t>(history[g]) : acc_t(0);
-    acc_t x0;
+    acc_t x0, xs;
+    const scalar_t h = history != nullptr ? history[g] : scalar_t(0);
     prev_sample[g] = static_cast<scalar_t>(
-        step(it, static_cast<acc_t>(sample[g]), static_cast<acc_t>(model_output[g]), z, h, &x0));
+        step(it, static_cast<acc_t>(sample[g]), static_cast<acc_t>(model_output[g]),
+             noise != nullptr ? static_cast<acc_t>(noise[g]) : acc_t(0), static_cast<acc_t>(h),
+             history2 != nullptr ? static_cast<acc_t>(history2[g]) : acc_t(0),
+             last_sample != nullptr ? static_cast<acc_t>(last_sample[g]) : acc_t(0), &x0, &xs));
     if (pred_x0 != nullptr) pred_x0[g] = static_cast<scalar_t>(x0);
-    if (history != nullptr && !it.skip) history[g] = static_cast<scalar_t>(x0);
+    if (it.skip) return;
+    if (history2 != nullptr) history2[g] = h;
+    if (history != nullptr) history[g] = static_cast<scalar_t>(x0);
+    if (last_sample != nullptr) last_sample[g] = static_cast<scalar_t>(xs);
   }
 
  private:
-  OCTOPUS_HD static acc_t step(const Item& it, acc_t x, acc_t m, acc_t z, acc_t h, acc_t* x0_out) {
+  OCTOPUS_HD static acc_t value(const scalar_t* p, scalar_t v) { return p != nullptr ? static_cast<acc_t>(v) : acc_t(0); }
+
+  OCTOPUS_HD static acc_t step(const Item& it, acc_t x, acc_t m, acc_t z, acc_t h, acc_t h2, acc_t l, acc_t* x0_out,
+                               acc_t* xs_out) {
     acc_t x0 = it.a * x + it.b * m;
     if (it.clip > acc_t(0)) x0 = x0 < -it.clip ? -it.clip : (x0 > it.clip ? it.clip : x0);
+    const acc_t xs = it.e * x + it.cl * l + it.c1 * h + it.c2 * h2 + it.cx * x0;
     *x0_out = x0;
-    return it.p * x + it.q * x0 + it.r * m + it.s * z + it.u * h;
+    *xs_out = xs;
+    return it.p * xs + it.q * x0 + it.r * m + it.s * z + it.u * h;
   }
 };
 

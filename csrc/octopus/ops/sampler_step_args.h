@@ -11,7 +11,7 @@
 namespace octopus {
 
 struct SamplerStepArgs {
-  at::Tensor model_output, sample, offsets, timesteps, schedule, table, row_info, noise, history, prev, x0;
+  at::Tensor model_output, sample, offsets, timesteps, schedule, table, row_info, noise, history, history2, last_sample, prev, x0;
   SamplerParams params;
   Strategy strategy;
   int64_t block_elems;
@@ -24,7 +24,9 @@ SamplerStepArgs prepare_sampler_step(const at::Tensor& model_output, const at::T
                                      int64_t kind, int64_t prediction, double final_alpha_cumprod, double eta,
                                      double clip_range, bool use_clipped_model_output,
                                      const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
-                                     bool return_x0, c10::string_view strategy);
+                                     const c10::optional<at::Tensor>& history2,
+                                     const c10::optional<at::Tensor>& last_sample, bool return_x0,
+                                     c10::string_view strategy);
 
 // Calls f(op) with the functor for the latents' dtype.
 template <class F>
@@ -33,8 +35,9 @@ void with_sampler_step_op(const SamplerStepArgs& a, F&& f) {
     using scalar_t = decltype(tag);
     using acc_t = acc_type<scalar_t>;
     auto ptr = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<scalar_t>() : nullptr; };
-    SamplerStepOp<scalar_t, acc_t> op{ptr(a.model_output), ptr(a.sample), ptr(a.noise), ptr(a.history),
-                                      ptr(a.prev), ptr(a.x0), a.params};
+    SamplerStepOp<scalar_t, acc_t> op{ptr(a.model_output), ptr(a.sample), ptr(a.noise),    ptr(a.history),
+                                      ptr(a.history2),     ptr(a.last_sample), ptr(a.prev), ptr(a.x0),
+                                      a.params};
     f(op);
   };
   switch (a.sample.scalar_type()) {
