@@ -6,7 +6,7 @@ is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++
 side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
 (one scheduler per sample, where diffusers is installed), the same on 4 leased streams, and
 grouped by timestep (``PerSampleStepper``'s three modes); a vectorized plain-PyTorch step
-(coefficients gathered per sample and broadcast; DDIM only); octopus's fused step; the
+(coefficients gathered per sample and broadcast); octopus's fused step; the
 same 30-step loop of the fused step captured as a CUDA graph (per step); and the memory
 floor: the step's bytes (two latents read, one written; DPM also reads and writes its
 history) at the device's measured copy bandwidth. CUDA events, medians after warm-up.
@@ -43,6 +43,34 @@ def _ddim_vectorized(sched: od.DDIMScheduler, ac: torch.Tensor, ratio: int):
     return step
 
 
+def _dpm_vectorized(sigmas: torch.Tensor):
+    """DPM-Solver++ 2M (epsilon, midpoint) written with plain PyTorch ops over the batch:
+    per-sample coefficients gathered from the sigma table, then broadcast."""
+
+    def alpha_sigma(s):
+        alpha = 1 / (s * s + 1).sqrt()
+        return alpha, s * alpha
+
+    def step(m, x, k, history):
+        shape = (-1,) + (1,) * (x.dim() - 1)
+        a_s, s_s = alpha_sigma(sigmas[k])
+        a_t, s_t = alpha_sigma(sigmas[k + 1])
+        a_p, s_p = alpha_sigma(sigmas[(k - 1).clamp(min=0)])
+        lam_s, lam_t, lam_p = a_s.log() - s_s.log(), a_t.log() - s_t.log(), a_p.log() - s_p.log()
+        h = lam_t - lam_s
+        phi = a_t * torch.expm1(-h)
+        r0 = (lam_s - lam_p) / h
+        second = k > 0
+        q = torch.where(second, -phi * (1 + 0.5 / r0), -phi)
+        u = torch.where(second, 0.5 * phi / r0, torch.zeros_like(phi))
+        x0 = (x - s_s.view(shape) * m) / a_s.view(shape)
+        prev = (s_t / s_s).view(shape) * x + q.view(shape) * x0 + u.view(shape) * history
+        history.copy_(x0)
+        return prev
+
+    return step
+
+
 def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
     copy_gbs = copy_bandwidth_gbs(device, 2 << 30)
     try:
@@ -75,6 +103,11 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
             row("memory floor", moved / copy_gbs / 1e6)
             fused = median_ms(lambda: sched.step(m, x, t, validate=False), device, warmup=5, repeats=repeats)
             row("octopus fused", fused)
+            if sampler != "DDIM":
+                vec = _dpm_vectorized(sched._table[0].float())
+                ki = picks.to(device)
+                hist = torch.zeros_like(x)
+                row("vectorized PyTorch", median_ms(lambda: vec(m, x, ki, hist), device, warmup=5, repeats=repeats))
             if sampler == "DDIM":
                 vec = _ddim_vectorized(sched, sched.alphas_cumprod.to(device).float(),
                                        sched.num_train_timesteps // steps)
