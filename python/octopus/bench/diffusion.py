@@ -108,6 +108,10 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
                 ki = picks.to(device)
                 hist = torch.zeros_like(x)
                 row("vectorized PyTorch", median_ms(lambda: vec(m, x, ki, hist), device, warmup=5, repeats=repeats))
+                start = torch.randn_like(x)
+                sched._history, hist = start.clone(), start.clone()
+                got, ref = sched.step(m, x, t, validate=False), vec(m, x, ki, hist)
+                assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), "fused DPM disagrees with the PyTorch version"
             if sampler == "DDIM":
                 vec = _ddim_vectorized(sched, sched.alphas_cumprod.to(device).float(),
                                        sched.num_train_timesteps // steps)
