@@ -60,7 +60,7 @@ def _dpm_vectorized(sigmas: torch.Tensor):
         h = lam_t - lam_s
         phi = a_t * torch.expm1(-h)
         r0 = (lam_s - lam_p) / h
-        second = k > 0
+        second = (k > 0) & (k < sigmas.numel() - 2)  # the last step (to sigma 0) is first order
         q = torch.where(second, -phi * (1 + 0.5 / r0), -phi)
         u = torch.where(second, 0.5 * phi / r0, torch.zeros_like(phi))
         x0 = (x - s_s.view(shape) * m) / a_s.view(shape)
