@@ -22,6 +22,12 @@ std::tuple<at::Tensor, at::Tensor> sampler_step_cuda(
   SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
                                            prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
                                            noise, history, history2, last_sample, return_x0, strategy);
+  if (!metadata.has_value() && a.strategy != Strategy::Plan && a.strategy != Strategy::PlanHost) {
+    // Latents of a few MB (a step's usual size) are too few 4096-element tiles to keep every
+    // multiprocessor busy: use tiles down to 512 elements, enough for ~32 warps per SM.
+    const int64_t per_warp = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * 32);
+    while (a.block_elems > 512 && a.block_elems / 2 >= per_warp) a.block_elems /= 2;
+  }
   const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
                                        build_plan_cuda);
   with_sampler_step_op(a, [&](const auto& op) {
