@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "octopus/core/checks.h"
 #include "octopus/core/plan.h"
@@ -163,8 +164,19 @@ struct LookupLocator : TileUnits {
   }
 };
 
+// Blocks per multiprocessor the kernel is compiled for (which caps its registers): 4, or
+// the functor's Op::kMinBlocksPerSm when it needs more registers per thread.
+template <class Op, class = void>
+struct MinBlocksPerSm {
+  static constexpr int value = 4;
+};
+template <class Op>
+struct MinBlocksPerSm<Op, std::void_t<decltype(Op::kMinBlocksPerSm)>> {
+  static constexpr int value = Op::kMinBlocksPerSm;
+};
+
 template <class Loc, class Op>
-__global__ void __launch_bounds__(kThreads, 4) ragged_kernel(const Loc loc, const Op op) {
+__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Op>::value) ragged_kernel(const Loc loc, const Op op) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = (int64_t{blockIdx.x} * kThreads + threadIdx.x) >> 5;
   const int64_t warps = (int64_t{gridDim.x} * kThreads) >> 5;

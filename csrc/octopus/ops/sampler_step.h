@@ -20,6 +20,14 @@
 #include "octopus/core/plan.h"
 #include "octopus/core/vec.h"
 
+// The per-sample coefficient math (double precision, log / exp / sqrt) is kept out of line
+// so that its registers do not crowd the element loop's (which it would otherwise spill).
+#if defined(__CUDACC__)
+#define OCTOPUS_COEFFICIENTS __host__ __device__ __noinline__
+#else
+#define OCTOPUS_COEFFICIENTS inline
+#endif
+
 namespace octopus {
 
 enum class SamplerKind : int64_t { DDIM = 0, Euler = 1, FlowEuler = 2, DPMSolverPP2M = 3, UniPC = 4 };
@@ -66,7 +74,7 @@ OCTOPUS_HD int64_t schedule_index(const double* row, int64_t length, double t) {
   return lo;
 }
 
-OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerParams& P, int64_t row, double t) {
+OCTOPUS_COEFFICIENTS StepCoefficients ddim_coefficients(const SamplerParams& P, int64_t row, double t) {
   const int64_t* info = P.row_info + row * RowInfo::kColumns;
   const int64_t ti = clamp_to(static_cast<int64_t>(llround(t)), 0, P.table_size - 1);
   const int64_t prev = ti - info[RowInfo::kStepRatio];
@@ -102,7 +110,7 @@ OCTOPUS_HD void alpha_sigma(double sigma, double* alpha, double* sigma_t) {
   *sigma_t = sigma * *alpha;
 }
 
-OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t row, double t) {
+OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t row, double t) {
   const int64_t* info = P.row_info + row * RowInfo::kColumns;
   const int64_t length = info[RowInfo::kLength];
   const double* sched = P.schedule + row * P.schedule_stride;
@@ -184,7 +192,7 @@ OCTOPUS_HD void unipc_rhos(double h, double rk, int order, bool corrector, doubl
 
 // UniPC (bh2, order 2, predict_x0): the corrector of the previous step's prediction with
 // this model output, then the predictor. Step k's order is min(2, k + 1, length - k).
-OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t row, double t) {
+OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t row, double t) {
   const int64_t* info = P.row_info + row * RowInfo::kColumns;
   const int64_t length = info[RowInfo::kLength];
   const double* sched = P.schedule + row * P.schedule_stride;
@@ -242,7 +250,10 @@ OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t r
 template <typename scalar_t, typename acc_t>
 struct SamplerStepOp {
   static constexpr int kVec = 16 / sizeof(scalar_t);
-  static constexpr int kUnroll = 2;
+  // Up to six input vectors per step already keep enough loads in flight; unrolling
+  // further, or the driver's default 64-register cap (4 blocks per SM), spills registers.
+  static constexpr int kUnroll = 1;
+  static constexpr int kMinBlocksPerSm = 2;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
