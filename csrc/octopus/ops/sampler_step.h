@@ -250,9 +250,9 @@ OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P,
 template <typename scalar_t, typename acc_t>
 struct SamplerStepOp {
   static constexpr int kVec = 16 / sizeof(scalar_t);
-  // Up to six input vectors per step already keep enough loads in flight; unrolling
-  // further, or the driver's default 64-register cap (4 blocks per SM), spills registers.
-  static constexpr int kUnroll = 1;
+  // Two vectors of up to six inputs in flight per lane; with the driver's default
+  // 64-register cap (4 blocks per SM) that spills, so this functor is compiled for 2.
+  static constexpr int kUnroll = 2;
   static constexpr int kMinBlocksPerSm = 2;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
