@@ -240,3 +240,20 @@ def test_bad_input_gets_clear_errors():
     if HAS_CUDA:
         with pytest.raises(ValueError, match="device"):
             sched.step(x.cuda(), x.cuda(), t)
+
+
+def test_scale_model_input_uses_each_samples_sigma():
+    sched = od.EulerDiscreteScheduler()
+    sched.set_timesteps(10)
+    t = sched.timesteps[[0, 5]]
+    sigma = sched.sigma_for(t)
+    dense = torch.randn(2, 4, 3, 3)
+    expected = dense / (sigma.float() ** 2 + 1).sqrt().view(-1, 1, 1, 1)
+    torch.testing.assert_close(sched.scale_model_input(dense, t), expected)
+    ref = diffusers.EulerDiscreteScheduler()
+    ref.set_timesteps(10)
+    ref._step_index = 5
+    torch.testing.assert_close(expected[1:], ref.scale_model_input(dense[1:], t[1]))
+    batch = octopus.RaggedBatch.from_tensors([torch.randn(4, 3, 3), torch.randn(4, 2, 5)])
+    for got, x, s in zip(sched.scale_model_input(batch, t).unbind(), batch.unbind(), sigma.tolist()):
+        torch.testing.assert_close(got, x / (s * s + 1) ** 0.5)
