@@ -59,7 +59,13 @@ def _spaced(num_train_timesteps: int, steps: int, spacing: str, steps_offset: in
 
 def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
     for key, allowed in unsupported.items():
-        if key in config and config[key] not in allowed:
+        if key not in config:
+            continue
+        try:
+            supported = config[key] in allowed
+        except TypeError:  # an unhashable value (a list of betas, say) is never one of the defaults
+            supported = False
+        if not supported:
             raise NotImplementedError(f"{key}={config[key]!r} is not supported by octopus's fused step "
                                       f"(supported: {sorted(map(repr, allowed))})")
 

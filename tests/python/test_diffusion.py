@@ -231,6 +231,8 @@ def test_bad_input_gets_clear_errors():
         od.EulerDiscreteScheduler.from_config({"use_karras_sigmas": True})
     with pytest.raises(NotImplementedError, match="solver_order"):
         od.DPMSolverMultistepScheduler.from_config({"solver_order": 3})
+    with pytest.raises(NotImplementedError, match="trained_betas"):
+        od.DDIMScheduler.from_config({"trained_betas": [0.1, 0.2]})
     with pytest.raises(NotImplementedError, match="disable_corrector"):
         od.UniPCMultistepScheduler.from_config({"disable_corrector": [0]})
     dpm = od.DPMSolverMultistepScheduler()
