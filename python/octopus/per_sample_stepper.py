@@ -68,6 +68,7 @@ class PerSampleStepper:
                 raise TypeError(f"scheduler must have a {method}() method (a diffusers-style scheduler)")
         self.mode = mode
         self.schedulers = [copy.deepcopy(scheduler) for _ in range(num_samples)]
+        self._schedule_keys: list[tuple] | None = None
         self._streams = stream_scheduler
         if mode == "streams" and self._streams is None:
             self._streams = StreamScheduler(4) if torch.cuda.is_available() else StreamScheduler(4, backend="simulated")
@@ -85,12 +86,16 @@ class PerSampleStepper:
             raise ValueError(f"num_inference_steps has {len(counts)} entries for {len(self.schedulers)} samples")
         for s, count in zip(self.schedulers, counts):
             s.set_timesteps(count, device=device, **kwargs)
+        # Which schedule each sample follows, read once rather than at every grouped step.
+        self._schedule_keys = [tuple(s.timesteps.tolist()) for s in self.schedulers]
 
     def step(self, model_output: torch.Tensor, sample: torch.Tensor, timesteps, **step_kwargs) -> torch.Tensor:
         """``prev_sample`` of every sample; a negative timestep leaves its sample unchanged.
         ``step_kwargs`` go to each ``scheduler.step`` (tensors in them with one row per sample
         are split per sample)."""
         n = len(self.schedulers)
+        if self._schedule_keys is None:
+            raise RuntimeError("call set_timesteps before step")
         if sample.shape[0] != n or model_output.shape != sample.shape:
             raise ValueError(f"sample and model_output must be [{n}, ...] with the same shape, got "
                              f"{tuple(sample.shape)} and {tuple(model_output.shape)}")
@@ -131,7 +136,7 @@ class PerSampleStepper:
         s = self.schedulers[i]
         state = tuple((k, v) for k, v in sorted(vars(s).items())
                       if isinstance(v, (int, float, bool, type(None))) and k not in _BATCHED_STATE)
-        return (round(t, 4), tuple(s.timesteps.tolist()), state)
+        return (round(t, 4), self._schedule_keys[i], state)
 
     def _grouped_step(self, members, model_output, sample, t, step_kwargs):
         schedulers = [self.schedulers[i] for i in members]

@@ -48,6 +48,8 @@ def test_bad_input():
     with pytest.raises(TypeError, match="set_timesteps"):
         PerSampleStepper(object(), 2)
     stepper = PerSampleStepper(sched, 2)
+    with pytest.raises(RuntimeError, match="set_timesteps"):
+        stepper.step(torch.zeros(2, 1), torch.zeros(2, 1), torch.tensor([1, 2]))
     with pytest.raises(ValueError, match="entries"):
         stepper.set_timesteps([10, 20, 30])
     stepper.set_timesteps(10)

@@ -110,12 +110,25 @@ OCTOPUS_HD void alpha_sigma(double sigma, double* alpha, double* sigma_t) {
   *sigma_t = sigma * *alpha;
 }
 
-OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t row, double t) {
+// Where sample t stands in its row: the step k, the row's length and flags, its sigmas.
+struct ScheduleStep {
+  int64_t k, length;
+  const int64_t* info;
+  const double* sigmas;
+};
+
+OCTOPUS_HD ScheduleStep schedule_step(const SamplerParams& P, int64_t row, double t) {
   const int64_t* info = P.row_info + row * RowInfo::kColumns;
   const int64_t length = info[RowInfo::kLength];
-  const double* sched = P.schedule + row * P.schedule_stride;
-  const double* sigmas = P.table + row * (P.schedule_stride + 1);
-  const int64_t k = schedule_index(sched, length, t);
+  const int64_t k = schedule_index(P.schedule + row * P.schedule_stride, length, t);
+  return ScheduleStep{k, length, info, P.table + row * (P.schedule_stride + 1)};
+}
+
+OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t row, double t) {
+  const ScheduleStep at = schedule_step(P, row, t);
+  const int64_t k = at.k, length = at.length;
+  const int64_t* info = at.info;
+  const double* sigmas = at.sigmas;
   const double sigma = sigmas[k], next = sigmas[k + 1];
   StepCoefficients c{};
   if (P.kind == SamplerKind::FlowEuler) {  // prev = x + (sigma_next - sigma) * m
@@ -193,12 +206,10 @@ OCTOPUS_HD void unipc_rhos(double h, double rk, int order, bool corrector, doubl
 // UniPC (bh2, order 2, predict_x0): the corrector of the previous step's prediction with
 // this model output, then the predictor. Step k's order is min(2, k + 1, length - k).
 OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t row, double t) {
-  const int64_t* info = P.row_info + row * RowInfo::kColumns;
-  const int64_t length = info[RowInfo::kLength];
-  const double* sched = P.schedule + row * P.schedule_stride;
-  const double* sigmas = P.table + row * (P.schedule_stride + 1);
-  const int64_t k = schedule_index(sched, length, t);
-  const bool lower_order_final = info[RowInfo::kFinalFirstOrder] != 0;
+  const ScheduleStep at = schedule_step(P, row, t);
+  const int64_t k = at.k, length = at.length;
+  const double* sigmas = at.sigmas;
+  const bool lower_order_final = at.info[RowInfo::kFinalFirstOrder] != 0;
   auto order_at = [&](int64_t step) {
     int64_t o = 2;
     if (lower_order_final && length - step < o) o = length - step;
