@@ -2,13 +2,13 @@
 # On a machine with a CUDA GPU and torch installed: build octopus, run the whole test
 # suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
 # the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
-# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion").
+# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all").
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
 # (diffusers, for the parity tests) can be put in .whl/.
 set -uo pipefail
 out=${1:-benchmarks/results}
-benches=${BENCHES:-affine scheduler diffusion}
+benches=${BENCHES:-affine scheduler diffusion all}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
@@ -28,12 +28,18 @@ gtest=()
 gpu=$(python3 -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())')
 day=$(date -u +%Y%m%d)
 for bench in $benches; do
+  start=$SECONDS
   case $bench in
-    affine) python3 -m octopus.bench --json "$out/affine_${gpu}_${day}.json" ;;
+    affine) python3 -m octopus.bench affine --no-progress --out "$out/affine_${gpu}_${day}" \
+              --json "$out/affine_${gpu}_${day}.json" ;;
     scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
-    diffusion) python3 -m octopus.bench.diffusion --json "$out/diffusion_${gpu}_${day}.json" ;;
+    diffusion) python3 -m octopus.bench diffusion --repeats 50 --no-progress --out "$out/diffusion_${gpu}_${day}" \
+                 --json "$out/diffusion_${gpu}_${day}.json" ;;
+    all) python3 -m octopus.bench --all --no-progress \
+           --out "$out/all_${gpu}_${day}" --json "$out/all_${gpu}_${day}.json" ;;
     *) echo "unknown benchmark $bench"; false ;;
   esac 2>&1 | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  echo "benchmark $bench took $((SECONDS - start)) s" | tee -a "$out/bench.log"
 done
 exit $status

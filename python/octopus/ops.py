@@ -9,7 +9,8 @@ import torch
 
 from . import _registrations  # noqa: F401
 from .ragged import RaggedBatch
-from .strategies import DEFAULT_STRATEGY, check_strategy, resolve_block_elems
+from . import tuning
+from .strategies import check_strategy, resolve_block_elems
 
 ParamLike = Union[torch.Tensor, float, int, None]
 
@@ -28,7 +29,7 @@ def _item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor,
 
 
 def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: ParamLike = None, *,
-           offsets: Optional[torch.Tensor] = None, strategy: str = DEFAULT_STRATEGY,
+           offsets: Optional[torch.Tensor] = None, strategy: str = "auto",
            block_elems: Optional[int] = None):
     """``x * scale[item] + bias[item]`` over a ragged batch, in one kernel launch.
 
@@ -40,8 +41,14 @@ def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: P
     ``x`` is a :class:`RaggedBatch` (returns one, sharing its cached plan) or a 1-D
     tensor with ``offsets`` (returns a tensor; the offsets are checked on every call).
     Differentiable with respect to values, scale and bias.
+
+    ``strategy="auto"`` uses the strategy and block size :func:`octopus.autotune` chose for
+    the device (the built-in default where it never ran); an explicit ``block_elems`` wins.
     """
-    check_strategy(strategy)
+    check_strategy(strategy, allow_auto=True)
+    values = x.values if isinstance(x, RaggedBatch) else x
+    if isinstance(values, torch.Tensor):
+        strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
     block_elems = resolve_block_elems(block_elems)
     if isinstance(x, RaggedBatch):
         if offsets is not None:

@@ -10,9 +10,13 @@ PLAN_STRATEGIES = ("plan", "plan_host")
 TABLE_STRATEGIES = ("lookup",)
 
 
-def check_strategy(strategy: str) -> str:
+def check_strategy(strategy: str, allow_auto: bool = False) -> str:
+    """``strategy`` if it names a strategy (or is ``"auto"`` where ``allow_auto``)."""
+    if strategy == "auto" and allow_auto:
+        return strategy
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(repr(s) for s in STRATEGIES)}; got {strategy!r}")
+        names = (("auto",) if allow_auto else ()) + STRATEGIES
+        raise ValueError(f"strategy must be one of {', '.join(repr(s) for s in names)}; got {strategy!r}")
     return strategy
 
 

@@ -1,4 +1,4 @@
-"""``python -m octopus.bench.diffusion``: one sampler step for a batch in which every sample
+"""The diffusion workload of ``octopus-bench``: one sampler step for a batch in which every sample
 is at its own timestep.
 
 Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x104 (a sample
@@ -14,19 +14,15 @@ history) at the device's measured copy bandwidth. CUDA events, medians after war
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-
 import torch
 
-import octopus
 from octopus import diffusion as od
 
-from .__main__ import environment
-from .timing import copy_bandwidth_gbs, median_ms
+from .timing import Measurer
 
 SHAPES = {"images": (64, 4, 128, 128), "videos": (16, 16, 4, 60, 104)}
+# The same latents, smaller, for a run of the CPU kernels.
+CPU_SHAPES = {"images": (16, 4, 32, 32), "videos": (4, 16, 4, 15, 26)}
 
 
 def _ddim_vectorized(sched: od.DDIMScheduler, ac: torch.Tensor, ratio: int):
@@ -71,15 +67,18 @@ def _dpm_vectorized(sigmas: torch.Tensor):
     return step
 
 
-def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
-    copy_gbs = copy_bandwidth_gbs(device, 2 << 30)
+def run(measurer: Measurer, shapes, steps: int, repeats: int, copy_gbs: float, scale_down: int = 1) -> list:
+    """Rows (the benchmark's common row format) for DDIM and DPM-Solver++ 2M on each latent
+    shape; on the CPU (``scale_down`` > 1) the latents are smaller and the GPU-only modes
+    (leased streams, CUDA graph) are left out."""
+    device = measurer.device
     try:
         import diffusers
     except ImportError:
         diffusers = None
     rows = []
     for shape_name in shapes:
-        shape = SHAPES[shape_name]
+        shape = SHAPES[shape_name] if scale_down == 1 else CPU_SHAPES[shape_name]
         n = shape[0]
         g = torch.Generator(device=device).manual_seed(0)
         x = torch.randn(shape, device=device, generator=g)
@@ -95,19 +94,24 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
             t = sched.timesteps[picks].to(device=device, dtype=torch.float64)
             moved = 3 * nbytes if sampler == "DDIM" else 5 * nbytes
 
-            def row(mode, ms, note=""):
-                rows.append(dict(shape=shape_name, sampler=sampler, mode=mode, ms=ms, samples=n,
-                                 elements=x.numel(), gbs=moved / ms / 1e6 if ms else None,
-                                 pct_copy=100 * moved / ms / 1e6 / copy_gbs if ms else None, note=note))
+            def row(mode, measured, note=""):
+                ms = measured["kernel_ms"] if measured else None
+                rows.append(dict(distribution=shape_name, items=n, elements=x.numel(), sampler=sampler,
+                                 method=f"{sampler}: {mode}", mode=mode, strategy=None, block_elems=None,
+                                 setup_ms=0.0, h2d_ms=0.0, metadata_mb=0.0, total_ms=ms,
+                                 gbs=moved / ms / 1e6 if ms else None,
+                                 pct_copy=100 * moved / ms / 1e6 / copy_gbs if ms else None, note=note,
+                                 **(measured or dict(kernel_ms=None, peak_mb=None, energy_mj=None))))
 
-            row("memory floor", moved / copy_gbs / 1e6)
-            fused = median_ms(lambda: sched.step(m, x, t, validate=False), device, warmup=5, repeats=repeats)
-            row("octopus fused", fused)
+            row("memory floor", dict(kernel_ms=moved / copy_gbs / 1e6, peak_mb=None, energy_mj=None),
+                "the step's bytes at the measured copy bandwidth")
+            row("octopus fused", measurer.measure(lambda: sched.step(m, x, t, validate=False), warmup=5,
+                                                  repeats=repeats))
             if sampler != "DDIM":
-                vec = _dpm_vectorized(sched._table[0].float())
+                vec = _dpm_vectorized(sched._table[0].to(device=device, dtype=torch.float32))
                 ki = picks.to(device)
                 hist = torch.zeros_like(x)
-                row("vectorized PyTorch", median_ms(lambda: vec(m, x, ki, hist), device, warmup=5, repeats=repeats))
+                row("vectorized PyTorch", measurer.measure(lambda: vec(m, x, ki, hist), warmup=5, repeats=repeats))
                 start = torch.randn_like(x)
                 sched._history, hist = start.clone(), start.clone()
                 got, ref = sched.step(m, x, t, validate=False), vec(m, x, ki, hist)
@@ -116,14 +120,14 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
                 vec = _ddim_vectorized(sched, sched.alphas_cumprod.to(device).float(),
                                        sched.num_train_timesteps // steps)
                 ti = t.long()
-                row("vectorized PyTorch", median_ms(lambda: vec(m, x, ti), device, warmup=5, repeats=repeats))
+                row("vectorized PyTorch", measurer.measure(lambda: vec(m, x, ti), warmup=5, repeats=repeats))
                 ref = vec(m, x, ti)
                 got = sched.step(m, x, t, validate=False)
                 assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), "fused DDIM disagrees with the PyTorch version"
             if diffusers is not None:
                 dcls = getattr(diffusers, "DDIMScheduler" if sampler == "DDIM" else "DPMSolverMultistepScheduler")
                 t_list = t.tolist()
-                for mode in ("loop", "streams", "grouped"):
+                for mode in ("loop", "streams", "grouped") if device.type == "cuda" else ("loop", "grouped"):
                     stepper = od.PerSampleStepper(dcls(**config), n, mode=mode)
                     stepper.set_timesteps(steps)
 
@@ -134,67 +138,37 @@ def run(device: torch.device, shapes, steps: int, repeats: int) -> dict:
                                 s.model_outputs = [None, torch.zeros_like(x[:1])]
                         stepper.step(m, x, t_list)
 
-                    label = {"loop": "diffusers per-sample loop", "streams": "diffusers per sample, 4 leased streams",
-                             "grouped": "diffusers, samples grouped by timestep"}[mode]
+                    label = {"loop": "diffusers per-sample loop", "streams": "diffusers, 4 leased streams",
+                             "grouped": "diffusers grouped by timestep"}[mode]
                     try:
-                        row(label, median_ms(step_once, device, warmup=2, repeats=max(3, repeats // 4)))
+                        row(label, measurer.measure(step_once, warmup=2, repeats=max(3, repeats // 4)))
                     except Exception as error:  # report what diffusers refused rather than stop the run
                         row(label, None, f"failed: {type(error).__name__}: {str(error)[:80]}")
             else:
                 row("diffusers per-sample loop", None, "diffusers is not installed")
-            # A captured 30-step loop, every sample stepping along its own schedule.
-            loop_steps = 30
-            sched.set_timesteps(loop_steps, device=device)
-            offsets = torch.randint(0, 8, (n,), generator=torch.Generator().manual_seed(2))
-            if sampler != "DDIM":
-                offsets.zero_()
-            schedule = sched.timesteps.double()
-            times = [torch.where(offsets + k < loop_steps, schedule[(offsets + k).clamp(max=loop_steps - 1)],
-                                 torch.full((n,), -1.0, dtype=torch.float64)).to(device) for k in range(loop_steps)]
-            sched.step(m, x, times[0], validate=False)  # allocates DPM's history outside the capture
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                y = x
-                for k in range(loop_steps):
-                    y = sched.step(m, y, times[k], validate=False)
-            per_step = median_ms(graph.replay, device, warmup=2, repeats=max(5, repeats // 4)) / loop_steps
-            row("octopus fused, CUDA graph of 30 steps (per step)", per_step)
-    return dict(environment=environment(device), copy_gbs=copy_gbs, steps=steps, rows=rows)
+            if device.type == "cuda":
+                row("octopus fused, CUDA graph (per step)", _graph_per_step(sched, m, x, n, device,
+                                                                                         measurer, repeats))
+    return rows
 
 
-def format_table(result: dict) -> str:
-    lines = [f"copy bandwidth {result['copy_gbs']:.0f} GB/s"]
-    key = None
-    for r in result["rows"]:
-        if (r["shape"], r["sampler"]) != key:
-            key = (r["shape"], r["sampler"])
-            lines += ["", f"{r['sampler']} on {r['shape']} {SHAPES[r['shape']]} ({r['samples']} samples)",
-                      "{:<52}{:>10}{:>9}".format("mode", "ms", "% copy")]
-        if r["ms"] is None:
-            lines.append("{:<52}  {}".format(r["mode"], r["note"]))
-        else:
-            lines.append("{:<52}{:>10.4f}{:>8.1f}%".format(r["mode"], r["ms"], r["pct_copy"]))
-    return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m octopus.bench.diffusion", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--steps", type=int, default=50, help="inference steps of the schedules")
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    if not (torch.cuda.is_available() and octopus.built_with_cuda):
-        print("octopus.bench.diffusion needs a CUDA device; nothing was measured", file=sys.stderr)
-        return 1
-    result = run(torch.device("cuda"), args.shapes, args.steps, args.repeats)
-    print(format_table(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _graph_per_step(sched, m, x, n, device, measurer: Measurer, repeats: int) -> dict:
+    """A captured 30-step loop, every sample stepping along its own schedule; per step."""
+    loop_steps = 30
+    sched.set_timesteps(loop_steps, device=device)
+    offsets = torch.randint(0, 8, (n,), generator=torch.Generator().manual_seed(2))
+    if not isinstance(sched, od.DDIMScheduler):
+        offsets.zero_()
+    schedule = sched.timesteps.double()
+    times = [torch.where(offsets + k < loop_steps, schedule[(offsets + k).clamp(max=loop_steps - 1)],
+                         torch.full((n,), -1.0, dtype=torch.float64)).to(device) for k in range(loop_steps)]
+    sched.step(m, x, times[0], validate=False)  # allocates DPM's history outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x
+        for k in range(loop_steps):
+            y = sched.step(m, y, times[k], validate=False)
+    measured = measurer.measure(graph.replay, warmup=2, repeats=max(5, repeats // 4))
+    per_step = lambda v: v / loop_steps if v is not None else None  # noqa: E731
+    return dict(kernel_ms=per_step(measured["kernel_ms"]), times_ms=[t / loop_steps for t in measured["times_ms"]],
+                peak_mb=measured["peak_mb"], energy_mj=per_step(measured["energy_mj"]))

@@ -25,7 +25,7 @@ import torch
 
 import octopus
 
-from .__main__ import environment
+from .report import environment
 from .timing import wall_ms
 
 STREAM_COUNTS = (1, 2, 4, 8)

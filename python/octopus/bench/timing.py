@@ -2,13 +2,18 @@
 
 import statistics
 import time
-from typing import Callable
+from typing import Callable, List
 
 import torch
 
 
 def median_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, repeats: int = 20) -> float:
     """Median time of fn() in milliseconds: CUDA events on a GPU, perf_counter on the CPU."""
+    return statistics.median(sample_ms(fn, device, warmup, repeats))
+
+
+def sample_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, repeats: int = 20) -> List[float]:
+    """The time of each of ``repeats`` calls of fn() after ``warmup`` calls, in milliseconds."""
     for _ in range(warmup):
         fn()
     times = []
@@ -26,7 +31,7 @@ def median_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, r
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def wall_ms(fn: Callable[[], object], device: torch.device, repeats: int = 5, warmup: int = 0) -> float:
@@ -52,3 +57,50 @@ def copy_bandwidth_gbs(device: torch.device, nbytes: int) -> float:
     dst = torch.empty_like(src)
     ms = median_ms(lambda: dst.copy_(src), device, warmup=3, repeats=20)
     return 2 * src.numel() * 4 / ms / 1e6
+
+
+class Measurer:
+    """Times a callable (:func:`median_ms`) and, on a GPU, also measures the device memory
+    one call allocates beyond what was allocated before it (``torch.cuda.max_memory_allocated``)
+    and the energy of one call from NVML's total-energy counter: the callable is repeated for
+    at least ``energy_window_ms`` and the counter's difference divided by the repetitions
+    (whole-GPU energy, idle power included)."""
+
+    def __init__(self, device: torch.device, energy_window_ms: float = 0.0):
+        self.device = device
+        self.energy_window_ms = energy_window_ms
+        self.energy = None
+        self.energy_note = "no GPU" if device.type != "cuda" else "disabled (--energy-window-ms 0)"
+        if device.type == "cuda" and energy_window_ms > 0:
+            from .energy import EnergyCounter
+            counter = EnergyCounter(device)
+            self.energy = counter if counter.available else None
+            self.energy_note = "NVML total-energy counter" if counter.available else counter.reason
+
+    def measure(self, fn: Callable[[], object], warmup: int = 3, repeats: int = 20) -> dict:
+        times = sample_ms(fn, self.device, warmup=warmup, repeats=repeats)
+        result = dict(kernel_ms=statistics.median(times), times_ms=times, peak_mb=None, energy_mj=None)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            fn()
+            torch.cuda.synchronize(self.device)
+            result["peak_mb"] = (torch.cuda.max_memory_allocated(self.device) - before) / 1e6
+            if self.energy is not None:
+                result["energy_mj"] = self._energy_mj(fn)
+        return result
+
+    def _energy_mj(self, fn) -> float:
+        start_mj = self.energy.millijoules()
+        t0 = time.perf_counter()
+        calls = 0
+        while True:
+            fn()
+            calls += 1
+            if calls % 8 == 0 or calls < 8:
+                torch.cuda.synchronize(self.device)
+                if (time.perf_counter() - t0) * 1e3 >= self.energy_window_ms:
+                    break
+        torch.cuda.synchronize(self.device)
+        return (self.energy.millijoules() - start_mj) / calls

@@ -1,0 +1,150 @@
+"""Item-size distributions of the benchmarks, and item sizes read from a file.
+
+Each distribution gives ``[M, D]`` int64 item shapes and has a default item count (divided by
+the CPU scale-down on a machine without a GPU):
+
+=========  =======  ==========================================================================
+name       items    item sizes
+=========  =======  ==========================================================================
+normal     10K      1-D, 30K-80K elements (uniform): mid-size images
+small      100K     1-D, 3K-8K elements: crops
+tiny       1M       1-D, 300-800 elements: small crops, tokens of a sequence batch
+longtail   100K     2-D H x W, log-normal around 45 x 50 (sigma 0.6), clipped to 8..400
+bimodal    100K     1-D, 90% of 300-800 and 10% of 30K-80K elements: tiny and large mixed
+file       (file)   2-D H x W read from a file (see :func:`read_sizes_file`)
+=========  =======  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Dict, Optional, Tuple
+
+import torch
+
+DISTRIBUTIONS: Dict[str, Tuple[int, str]] = {
+    "normal": (10_000, "1-D items of 30K-80K elements"),
+    "small": (100_000, "1-D items of 3K-8K elements"),
+    "tiny": (1_000_000, "1-D items of 300-800 elements"),
+    "longtail": (100_000, "2-D items, log-normal H, W around 45x50, clipped to 8..400"),
+    "bimodal": (100_000, "1-D items: 90% of 300-800 and 10% of 30K-80K elements"),
+}
+
+
+class SizesFileError(ValueError):
+    """A sizes file that cannot be read or holds no usable sizes."""
+
+
+def make_sizes(name: str, items: int, g: torch.Generator) -> torch.Tensor:
+    """``[items, D]`` int64 item shapes drawn from the named distribution."""
+    if name == "longtail":
+        h = torch.exp(torch.randn(items, generator=g) * 0.6 + math.log(45)).round().clamp(8, 400)
+        w = torch.exp(torch.randn(items, generator=g) * 0.6 + math.log(50)).round().clamp(8, 400)
+        return torch.stack([h, w], dim=1).long()
+    if name == "bimodal":
+        large = torch.rand(items, generator=g) < 0.1
+        tiny = torch.randint(300, 801, (items,), generator=g)
+        big = torch.randint(30_000, 80_001, (items,), generator=g)
+        return torch.where(large, big, tiny).view(-1, 1)
+    ranges = {"normal": (30_000, 80_000), "small": (3_000, 8_000), "tiny": (300, 800)}
+    if name not in ranges:
+        raise ValueError(f"unknown distribution {name!r}; known: {', '.join(DISTRIBUTIONS)}")
+    lo, hi = ranges[name]
+    return torch.randint(lo, hi + 1, (items, 1), generator=g)
+
+
+def read_sizes_file(path: str) -> torch.Tensor:
+    """Item shapes ``[M, 2]`` (H, W) from a file:
+
+    - a COCO-style annotation JSON (``{"annotations": [{"bbox": [x, y, w, h]}, ...]}``),
+    - a VisDrone-style annotation text file (``left,top,width,height,...`` per line), or a
+      directory of them,
+    - plain text with one item per line: ``H W`` or ``H,W`` (or one number: a 1-D item).
+
+    Box extents are rounded and at least 1. Raises :class:`SizesFileError` with the reason.
+    """
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if n.endswith(".txt"))
+        if not names:
+            raise SizesFileError(f"sizes directory {path!r} holds no .txt annotation files")
+        return torch.cat([read_sizes_file(os.path.join(path, n)) for n in names])
+    try:
+        with open(path) as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SizesFileError(f"cannot read sizes file {path!r}: {err}") from None
+    stripped = text.lstrip()
+    if stripped.startswith("{") or stripped.startswith("["):
+        return _coco_sizes(path, text)
+    return _text_sizes(path, text)
+
+
+def _coco_sizes(path: str, text: str) -> torch.Tensor:
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise SizesFileError(f"sizes file {path!r} is not valid JSON: {err}") from None
+    anns = data.get("annotations") if isinstance(data, dict) else data
+    if not isinstance(anns, list):
+        raise SizesFileError(f"sizes file {path!r}: expected a COCO-style object with an 'annotations' list")
+    rows = []
+    for k, ann in enumerate(anns):
+        box = ann.get("bbox") if isinstance(ann, dict) else None
+        if not isinstance(box, (list, tuple)) or len(box) != 4:
+            raise SizesFileError(f"sizes file {path!r}: annotation {k} has no [x, y, w, h] 'bbox'")
+        w, h = box[2], box[3]
+        if not all(isinstance(v, (int, float)) for v in (w, h)) or w < 0 or h < 0:
+            raise SizesFileError(f"sizes file {path!r}: annotation {k} has a negative or non-numeric box {box}")
+        rows.append((max(1, round(h)), max(1, round(w))))
+    return _finish(path, rows, 2)
+
+
+def _text_sizes(path: str, text: str) -> torch.Tensor:
+    rows, width = [], None
+    for line_no, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = [f for f in line.replace(",", " ").split() if f]
+        try:
+            nums = [float(f) for f in fields]
+        except ValueError:
+            raise SizesFileError(f"sizes file {path!r} line {line_no}: not numbers: {line[:60]!r}") from None
+        if len(nums) >= 4:  # VisDrone: left, top, width, height, score, category, ...
+            shape = (nums[3], nums[2])
+        elif len(nums) in (1, 2):
+            shape = tuple(nums)
+        else:
+            raise SizesFileError(f"sizes file {path!r} line {line_no}: expected 'H W', one number, "
+                                 f"or a VisDrone box line; got {len(nums)} fields")
+        if any(v < 0 or not math.isfinite(v) for v in shape):
+            raise SizesFileError(f"sizes file {path!r} line {line_no}: sizes must be non-negative, got {line[:60]!r}")
+        if width is not None and len(shape) != width:
+            raise SizesFileError(f"sizes file {path!r} line {line_no}: {len(shape)} extents after lines with {width}")
+        width = len(shape)
+        rows.append(tuple(max(1, round(v)) if len(nums) >= 4 else round(v) for v in shape))
+    return _finish(path, rows, width or 2)
+
+
+def _finish(path: str, rows, width: int) -> torch.Tensor:
+    if not rows:
+        raise SizesFileError(f"sizes file {path!r} holds no item sizes")
+    return torch.tensor(rows, dtype=torch.int64).view(-1, width)
+
+
+def sample_sizes(name: str, items: Optional[int], scale_down: int, g: torch.Generator,
+                 file_sizes: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The shapes a benchmark runs: the distribution's default count (or ``items``) divided
+    by ``scale_down``; for ``file``, the file's sizes (resampled with replacement to ``items``
+    where given)."""
+    if name == "file":
+        if file_sizes is None:
+            raise ValueError("the 'file' distribution needs --sizes-file")
+        if items is None:
+            return file_sizes
+        pick = torch.randint(0, file_sizes.shape[0], (max(1, items // scale_down),), generator=g)
+        return file_sizes[pick]
+    count = items if items is not None else DISTRIBUTIONS[name][0]
+    return make_sizes(name, max(1, count // scale_down), g)

@@ -1,0 +1,202 @@
+"""What ``octopus-bench`` writes: the environment record, the terminal table, the JSON
+schema check and the PNG plots."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+from typing import Dict, List, Optional
+
+import torch
+
+import octopus
+
+SCHEMA = "octopus-bench/1"
+
+# key -> type(s) its value must have in every row (None allowed where a measurement is missing).
+ROW_FIELDS = {
+    "workload": str, "distribution": str, "items": int, "elements": int, "method": str,
+    "strategy": (str, type(None)), "block_elems": (int, type(None)), "setup_ms": (float, int),
+    "h2d_ms": (float, int), "metadata_mb": (float, int), "kernel_ms": (float, type(None)),
+    "d2h_ms": (float, int, type(None)), "total_ms": (float, type(None)), "gbs": (float, type(None)),
+    "pct_copy": (float, type(None)), "peak_mb": (float, type(None)), "energy_mj": (float, type(None)),
+    "note": str,
+}
+TOP_FIELDS = {"schema": str, "environment": dict, "copy_gbs": float, "scale_down": int, "energy": str,
+              "autotune": dict, "rows": list, "scaling": list, "plots": list}
+ENVIRONMENT_FIELDS = ("date", "device", "device_type", "torch", "octopus", "python", "driver", "cuda")
+
+
+def environment(device: torch.device) -> dict:
+    from .energy import driver_version
+    env = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               torch=torch.__version__, octopus=octopus.__version__, python=platform.python_version(),
+               device_type=device.type, cuda=torch.version.cuda, driver=None)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(device=props.name, multiprocessors=props.multi_processor_count,
+                   l2_mb=getattr(props, "L2_cache_size", 0) / 2**20, memory_gb=props.total_memory / 1e9,
+                   driver=driver_version())
+    else:
+        env.update(device=platform.processor() or platform.machine(), cpu_count=os.cpu_count(),
+                   threads=torch.get_num_threads())
+    return env
+
+
+def validate(result: dict) -> List[str]:
+    """Problems with a result against the schema (empty when it is valid)."""
+    problems = []
+    for key, kind in TOP_FIELDS.items():
+        if not isinstance(result.get(key), kind):
+            problems.append(f"top-level {key!r} must be {kind.__name__}, got {type(result.get(key)).__name__}")
+    if result.get("schema") != SCHEMA:
+        problems.append(f"schema must be {SCHEMA!r}")
+    for key in ENVIRONMENT_FIELDS:
+        if key not in result.get("environment", {}):
+            problems.append(f"environment lacks {key!r}")
+    for where in ("rows", "scaling"):
+        for k, row in enumerate(result.get(where) or []):
+            for key, kind in ROW_FIELDS.items():
+                if key not in row:
+                    problems.append(f"{where}[{k}] lacks {key!r}")
+                elif not isinstance(row[key], kind) or isinstance(row[key], bool):
+                    problems.append(f"{where}[{k}][{key!r}] has type {type(row[key]).__name__}")
+            if row.get("kernel_ms") is None and not row.get("note"):
+                problems.append(f"{where}[{k}] has no measurement and no note saying why")
+    return problems
+
+
+def _fmt(value, spec: str, width: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-".rjust(width)
+    return format(value, spec).rjust(width)
+
+
+COLUMNS = [("setup_ms", "setup ms", ".3f", 9), ("h2d_ms", "H2D ms", ".3f", 8), ("metadata_mb", "meta MB", ".2f", 9),
+           ("kernel_ms", "kernel ms", ".3f", 10), ("d2h_ms", "D2H ms", ".3f", 8), ("total_ms", "total ms", ".3f", 10),
+           ("gbs", "GB/s", ".0f", 7), ("pct_copy", "% copy", ".1f", 7), ("peak_mb", "peak MB", ".1f", 9),
+           ("energy_mj", "mJ", ".2f", 8)]
+METHOD_WIDTH = 44
+
+
+def format_rows(rows: List[Dict], title) -> List[str]:
+    """Rows grouped by (workload, distribution, items), one header per group."""
+    lines, group = [], None
+    header = "method".ljust(METHOD_WIDTH) + "".join(name.rjust(w) for _, name, _, w in COLUMNS)
+    for r in rows:
+        key = (r["workload"], r["distribution"], r["items"])
+        if key != group:
+            group = key
+            lines += ["", title(r), header]
+        if r["kernel_ms"] is None:
+            lines.append(r["method"][:METHOD_WIDTH].ljust(METHOD_WIDTH) + "  " + r["note"])
+            continue
+        lines.append(r["method"][:METHOD_WIDTH].ljust(METHOD_WIDTH)
+                     + "".join(_fmt(r[key], spec, w) for key, _, spec, w in COLUMNS))
+    return lines
+
+
+def format_report(result: dict, describe) -> str:
+    env = result["environment"]
+    lines = [f"octopus {env['octopus']} on {env['device']} (torch {env['torch']}, driver {env['driver'] or '-'}); "
+             f"measured copy bandwidth {result['copy_gbs']:.0f} GB/s (read + write); energy: {result['energy']}",
+             "total = setup + H2D + kernel (D2H: the output copied to pinned host memory, shown apart); "
+             "peak MB: device memory one call allocates beyond its inputs"]
+    lines += format_rows(result["rows"], lambda r: f"{r['workload']} / {r['distribution']}: "
+                                                   f"{r['items']} items, {r['elements']} elements ({describe(r)})")
+    if result["scaling"]:
+        lines += format_rows(result["scaling"], lambda r: f"scaling {r['workload']} / {r['distribution']}: "
+                                                          f"{r['items']} items, {r['elements']} elements")
+    tune = result["autotune"]
+    if tune:
+        lines += ["", f"autotune chose {tune['strategy']} with block_elems={tune['block_elems']} "
+                      f"({tune['source']}; {tune.get('device_name', '')})"]
+        for v in tune.get("verdicts", []):
+            verdict = "right" if v["right"] else "WRONG"
+            lines.append(f"  {v['workload']} / {v['distribution']}: {verdict} — chosen {v['chosen_ms']:.4f} ms, "
+                         f"best {v['best']} {v['best_ms']:.4f} ms")
+    return "\n".join(lines)
+
+
+def autotune_verdicts(rows: List[Dict], strategy: str, block: int, tolerance: float = 1.05) -> List[Dict]:
+    """Per (workload, distribution): was autotune's choice within ``tolerance`` of the
+    fastest octopus strategy measured there (by total time)?"""
+    groups: Dict[tuple, List[Dict]] = {}
+    for r in rows:
+        if r["strategy"] is not None and r["total_ms"] is not None:
+            groups.setdefault((r["workload"], r["distribution"]), []).append(r)
+    verdicts = []
+    for (workload, dist), group in groups.items():
+        chosen = [r for r in group if r["strategy"] == strategy and r["block_elems"] == block]
+        if not chosen:
+            continue
+        best = min(group, key=lambda r: r["total_ms"])
+        verdicts.append(dict(workload=workload, distribution=dist, chosen_ms=chosen[0]["total_ms"],
+                             best=best["method"], best_ms=best["total_ms"],
+                             right=chosen[0]["total_ms"] <= tolerance * best["total_ms"]))
+    return verdicts
+
+
+def plot(result: dict, out_dir: str) -> List[str]:
+    """``time_per_method.png`` (per workload: total time of every method per distribution)
+    and, with scaling rows, ``scaling.png`` (total time against the number of items)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    workloads = list(dict.fromkeys(r["workload"] for r in result["rows"]))
+    if workloads:
+        fig, axes = plt.subplots(len(workloads), 1, figsize=(12, 4.5 * len(workloads)), squeeze=False)
+        for ax, workload in zip(axes[:, 0], workloads):
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
+            rows = [r for r in result["rows"] if r["workload"] == workload and r["total_ms"]]
+            # A group per distribution (and sampler, for diffusion), a bar per method in it.
+            group = [r["distribution"] + (f"\n{r['sampler']}" if r.get("sampler") else "") for r in rows]
+            series = [r.get("mode") or r["method"] for r in rows]
+            dists = list(dict.fromkeys(group))
+            methods = list(dict.fromkeys(series))
+            width = 0.8 / max(1, len(methods))
+            for k, method in enumerate(methods):
+                picked = [(dists.index(g), r["total_ms"]) for g, m, r in zip(group, series, rows) if m == method]
+                ax.bar([d + (k + 0.5) * width - 0.4 for d, _ in picked], [ms for _, ms in picked], width=width,
+                       label=method)
+            ax.set_xticks(range(len(dists)), dists)
+            ax.set_yscale("log")
+            ax.set_ylabel("total ms (log)")
+            ax.set_title(f"{workload} on {result['environment']['device']}")
+            ax.legend(fontsize=7, ncol=3)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "time_per_method.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    if result["scaling"]:
+        fig, ax = plt.subplots(figsize=(8, 5))
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+        for method in dict.fromkeys(r["method"] for r in result["scaling"]):
+            pts = sorted((r["items"], r["total_ms"]) for r in result["scaling"] if r["method"] == method and r["total_ms"])
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method)
+        first = result["scaling"][0]
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("items")
+        ax.set_ylabel("total ms")
+        ax.set_title(f"{first['workload']} / {first['distribution']}: scaling on {result['environment']['device']}")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "scaling.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def describe_distribution(name: str, sizes_file: Optional[str]) -> str:
+    from .distributions import DISTRIBUTIONS
+    if name == "file":
+        return f"sizes from {sizes_file}"
+    return DISTRIBUTIONS[name][1] if name in DISTRIBUTIONS else name

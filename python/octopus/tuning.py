@@ -1,0 +1,255 @@
+"""``octopus.autotune()``: pick the default strategy and block size for this device from
+short probes, and remember the choice on disk.
+
+Ops called with ``strategy="auto"`` (their default) use the choice made for their device:
+in this process if :func:`autotune` ran, else from the on-disk cache if an earlier process
+tuned this device with this octopus and torch, else the built-in default
+(:data:`octopus.DEFAULT_STRATEGY`, :data:`octopus.DEFAULT_BLOCK_ELEMS`). Ops never probe
+on their own: a probe inside a user's loop, a CUDA-graph capture or a ``torch.compile``
+trace would be a surprise. Call :func:`autotune` once, e.g. at start-up.
+
+The cache is one JSON file (``$OCTOPUS_CACHE_DIR``, else ``$XDG_CACHE_HOME/octopus``, else
+``~/.cache/octopus``; ``autotune.json``) mapping a key (device name, octopus version, torch
+version) to a choice. It is written atomically (a temporary file renamed over it); a file
+that cannot be read or parsed is treated as empty and replaced at the next save.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, check_strategy
+
+CACHE_FILE = "autotune.json"
+# The candidates: plan_host is left out (its plan is built on the host and copied, with a
+# synchronization: a comparison point, not a default).
+CANDIDATE_STRATEGIES = ("plan", "block_search", "search", "lookup")
+CANDIDATE_BLOCK_ELEMS = (2048, 4096, 8192, 16384)
+
+
+@dataclasses.dataclass(frozen=True)
+class TunedChoice:
+    """What :func:`autotune` picked for a device, and the probe times it picked from."""
+
+    strategy: str
+    block_elems: int
+    device_name: str
+    key: str
+    source: str  # "probe" (measured now), "cache" (read from disk) or "default"
+    probe_ms: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# (device type, index) -> choice, for this process. Read without locking: a dict lookup,
+# which torch.compile can trace.
+_CHOICES: Dict[Tuple[str, int], TunedChoice] = {}
+
+
+def cache_path() -> Path:
+    root = os.environ.get("OCTOPUS_CACHE_DIR")
+    if root is None:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "octopus")
+    return Path(root) / CACHE_FILE
+
+
+def _device_key(device: torch.device) -> Tuple[str, int]:
+    if device.type == "cuda":
+        return "cuda", device.index if device.index is not None else torch.cuda.current_device()
+    return device.type, 0
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+    return f"cpu:{platform.machine()}:{os.cpu_count()}cores"
+
+
+def cache_key(device: torch.device) -> str:
+    from . import __version__
+    return f"{device_name(device)}|octopus {__version__}|torch {torch.__version__}"
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    """Atomic: readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".autotune-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _from_entry(entry, device: torch.device, key: str) -> Optional[TunedChoice]:
+    """A cached entry, or None where it is malformed."""
+    try:
+        strategy, block = entry["strategy"], int(entry["block_elems"])
+        check_strategy(strategy)
+        if block <= 0 or block % 16:
+            return None
+        return TunedChoice(strategy, block, device_name(device), key, "cache", entry.get("probe_ms", {}),
+                           float(entry.get("elapsed_s", 0.0)))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def tuned_choice(device) -> TunedChoice:
+    """The choice ``strategy="auto"`` uses on ``device`` (never probes)."""
+    device = torch.device(device)
+    slot = _device_key(device)
+    choice = _CHOICES.get(slot)
+    if choice is None:
+        key = cache_key(device)
+        choice = _from_entry(_read_cache(cache_path()).get(key), device, key)
+        if choice is None:
+            choice = TunedChoice(DEFAULT_STRATEGY, DEFAULT_BLOCK_ELEMS, device_name(device), key, "default")
+        _CHOICES[slot] = choice
+    return choice
+
+
+def resolve(strategy: str, block_elems: Optional[int], device: torch.device) -> Tuple[str, Optional[int]]:
+    """``("auto", None)`` -> this device's choice; an explicit block size is kept."""
+    if strategy != "auto":
+        return strategy, block_elems
+    if torch.compiler.is_compiling():
+        choice = _CHOICES.get((device.type, device.index or 0))
+        if choice is None:
+            return DEFAULT_STRATEGY, block_elems
+    else:
+        choice = tuned_choice(device)
+    return choice.strategy, block_elems if block_elems else choice.block_elems
+
+
+def forget() -> None:
+    """Drops this process's remembered choices (the disk cache stays)."""
+    _CHOICES.clear()
+
+
+def _probe_batches(device: torch.device):
+    """Two probes: memory-bound (fp32 items of 3K-8K elements, ~4x the L2 on a GPU) and
+    location-bound (items of 16-256 elements: finding the item costs as much as the bytes)."""
+    from .ragged import RaggedBatch
+    if device.type == "cuda":
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
+        target = max(4 * l2 // 4, 1 << 22)  # elements of fp32 input: 4x the L2 in bytes
+    else:
+        target = 1 << 20
+    g = torch.Generator().manual_seed(0)
+    values_g = torch.Generator(device=device).manual_seed(0)
+    batches = {}
+    for name, (lo, hi) in (("memory_bound", (3_000, 8_000)), ("location_bound", (16, 256))):
+        items = max(1, target // ((lo + hi) // 2))
+        lengths = torch.randint(lo, hi + 1, (items,), generator=g)
+        offsets = torch.zeros(items + 1, dtype=torch.int64)
+        offsets[1:] = lengths.cumsum(0)
+        values = torch.randn(int(offsets[-1]), generator=values_g, device=device)
+        batches[name] = RaggedBatch(values, offsets.to(device), lengths.view(-1, 1).to(device), validate=False)
+    return batches
+
+
+def _time_ms(fn, device: torch.device, repeats: int) -> float:
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(repeats):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]] = None,
+             block_sizes: Optional[List[int]] = None, repeats: int = 5) -> TunedChoice:
+    """Measures the strategies and block sizes on ``device`` (default: the current CUDA
+    device, else the CPU) with two short probes and makes the fastest the choice of
+    ``strategy="auto"``; the choice is saved to the on-disk cache. With a cached choice for
+    this device and version and ``force=False``, returns it without probing.
+
+    A candidate's score is the sum over the probes of its time (building its metadata on a
+    fresh batch plus one affine pass) relative to the probe's fastest candidate.
+    """
+    if device is None:
+        from ._library import built_with_cuda
+        device = "cuda" if torch.cuda.is_available() and built_with_cuda else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    key = cache_key(device)
+    path = cache_path()
+    if not force:
+        cached = _from_entry(_read_cache(path).get(key), device, key)
+        if cached is not None:
+            _CHOICES[_device_key(device)] = cached
+            return cached
+    strategies = list(strategies or CANDIDATE_STRATEGIES)
+    for s in strategies:
+        check_strategy(s)
+    block_sizes = list(block_sizes or CANDIDATE_BLOCK_ELEMS)
+    t0 = time.perf_counter()
+    probe_ms: Dict[str, Dict[str, float]] = {}
+    for probe, batch in _probe_batches(device).items():
+        scale = torch.rand(len(batch), device=device) + 0.5
+        bias = torch.randn(len(batch), device=device)
+        probe_ms[probe] = {}
+        for s in strategies:
+            for b in block_sizes:
+                def one_pass(s=s, b=b):
+                    meta = None
+                    if s == "plan":
+                        meta = torch.ops.octopus.plan(batch.offsets, batch.numel(), b)
+                    elif s == "lookup":
+                        meta = torch.ops.octopus.lookup_table(batch.offsets, batch.numel())
+                    return torch.ops.octopus.affine(batch.values, batch.offsets, scale, bias, s, b, meta, False)
+                probe_ms[probe][f"{s}:{b}"] = _time_ms(one_pass, device, repeats)
+    scores = {}
+    for probe, times in probe_ms.items():
+        best = min(times.values())
+        for cand, ms in times.items():
+            scores[cand] = scores.get(cand, 0.0) + ms / best
+    winner = min(scores, key=scores.get)
+    strategy, block = winner.split(":")
+    choice = TunedChoice(strategy, int(block), device_name(device), key, "probe", probe_ms,
+                         time.perf_counter() - t0)
+    _CHOICES[_device_key(device)] = choice
+    data = _read_cache(path)
+    data[key] = dict(strategy=choice.strategy, block_elems=choice.block_elems, probe_ms=probe_ms,
+                     elapsed_s=choice.elapsed_s, tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    try:
+        _write_cache(path, data)
+    except OSError as err:  # a read-only home still gets the choice for this process
+        import warnings
+        warnings.warn(f"octopus.autotune: could not write the cache {path}: {err}")
+    return choice
