@@ -26,7 +26,7 @@ gtest=()
   && ctest --test-dir build/cpp --output-on-failure; } 2>&1 | tail -n 40 | tee "$out/ctest.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 gpu=$(python3 -c 'import torch; print(torch.cuda.get_device_name().split()[1].lower())')
-day=$(date -u +%Y%m%d)
+day=$(date -u +%Y%m%dT%H%M)
 for bench in $benches; do
   start=$SECONDS
   case $bench in
