@@ -78,3 +78,49 @@ def _sampler_step_fake(model_output, sample, offsets, timesteps, schedule, table
     torch._check(model_output.shape == sample.shape, lambda: "model_output must have the sample's shape")
     torch._check(timesteps.shape[0] == offsets.shape[0] - 1, lambda: "timesteps must have one entry per sample")
     return torch.empty_like(sample), sample.new_empty((sample.shape[0] if return_x0 else 0,))
+
+
+@torch.library.register_fake("octopus::to_padded")
+def _to_padded_fake(values, offsets, sizes, max_shape, pad_value=0.0, validate=True):
+    torch._check(len(max_shape) == sizes.shape[1], lambda: "max_shape must have one extent per item dimension")
+    return values.new_empty((offsets.shape[0] - 1, *max_shape))
+
+
+@torch.library.register_fake("octopus::from_padded")
+def _from_padded_fake(padded, offsets, sizes, num_values, strategy="plan", block_elems=0, metadata=None,
+                      validate=True):
+    torch._check(padded.shape[0] == offsets.shape[0] - 1, lambda: "padded must have num_items rows")
+    return padded.new_empty((num_values,))
+
+
+def _to_padded_setup_context(ctx, inputs, output):
+    values, offsets, sizes = inputs[:3]
+    ctx.num_values = values.shape[0]
+    ctx.save_for_backward(offsets, sizes)
+
+
+def _to_padded_backward(ctx, grad):
+    offsets, sizes = ctx.saved_tensors
+    # Elements cropped away by max_shape get zero gradient (from_padded reads them as 0).
+    grad_values = torch.ops.octopus.from_padded(grad.contiguous(), offsets, sizes, ctx.num_values, "block_search",
+                                                0, None, False)
+    return grad_values, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::to_padded", _to_padded_backward, setup_context=_to_padded_setup_context)
+
+
+def _from_padded_setup_context(ctx, inputs, output):
+    padded, offsets, sizes = inputs[:3]
+    ctx.slot = list(padded.shape[1:])
+    ctx.save_for_backward(offsets, sizes)
+
+
+def _from_padded_backward(ctx, grad):
+    offsets, sizes = ctx.saved_tensors
+    grad_padded = torch.ops.octopus.to_padded(grad.contiguous(), offsets, sizes, ctx.slot, 0.0, False)
+    return grad_padded, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::from_padded", _from_padded_backward,
+                                setup_context=_from_padded_setup_context)

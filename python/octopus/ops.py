@@ -3,13 +3,12 @@ call ``torch.ops.octopus.*`` with the batch's cached metadata."""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import torch
 
-from . import _registrations  # noqa: F401
+from . import _registrations, tuning  # noqa: F401
 from .ragged import RaggedBatch
-from . import tuning
 from .strategies import check_strategy, resolve_block_elems
 
 ParamLike = Union[torch.Tensor, float, int, None]
@@ -94,3 +93,55 @@ def plan_blocks(plan_tensor: torch.Tensor):
     begin = rows[:, 0]
     end = begin + (rows[:, 1] & 0xFFFFFFFF)
     return item, begin, end
+
+
+def to_padded(batch: RaggedBatch, pad_value: float = 0.0, max_size: Optional[Sequence[int]] = None) -> torch.Tensor:
+    """``[M, *max_shape]``: every item in the leading corner of its slot, ``pad_value``
+    elsewhere, in one kernel. ``max_size`` (one extent per item dimension) fixes the slot
+    shape and crops larger items; by default it is the largest extent of each dimension
+    (read from the batch's host copy of its sizes: no device synchronization where the
+    batch was built from host data). Differentiable with respect to the values."""
+    if not isinstance(batch, RaggedBatch):
+        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    d = batch.item_dim
+    if max_size is None:
+        sizes = batch.host_layout()[1]
+        max_shape = sizes.amax(dim=0).tolist() if len(batch) else [0] * d
+    else:
+        max_shape = [int(s) for s in max_size]
+        if len(max_shape) != d or any(s < 0 for s in max_shape):
+            raise ValueError(f"max_size must have {d} non-negative extents, got {list(max_size)}")
+    return torch.ops.octopus.to_padded(batch.values, batch.offsets, batch.sizes, max_shape, float(pad_value), False)
+
+
+def from_padded(padded: torch.Tensor, sizes, *, strategy: str = "auto", block_elems: Optional[int] = None,
+                validate: bool = True) -> RaggedBatch:
+    """The items of a dense ``[M, *slot]`` tensor as a :class:`RaggedBatch`: item ``i`` is
+    the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
+    (on any device) or a list of shapes. With ``validate`` an item larger than its slot is an
+    error; without, its elements outside the slot read as 0. Differentiable."""
+    if not isinstance(padded, torch.Tensor):
+        raise TypeError(f"padded must be a tensor, got {type(padded).__name__}")
+    if isinstance(sizes, torch.Tensor):
+        host_sizes = sizes.to("cpu")
+    else:
+        host_sizes = torch.as_tensor(sizes, dtype=torch.int64, device="cpu")
+    if host_sizes.dtype != torch.int64:
+        raise TypeError(f"sizes must be int64, got {host_sizes.dtype}")
+    if host_sizes.dim() != 2 or host_sizes.shape[0] != padded.shape[0] or host_sizes.shape[1] != padded.dim() - 1:
+        raise ValueError(f"sizes must have shape [M, D] = [{padded.shape[0]}, {padded.dim() - 1}] for padded of "
+                         f"shape {tuple(padded.shape)}, got {tuple(host_sizes.shape)}")
+    if (host_sizes < 0).any():
+        raise ValueError("sizes must be non-negative")
+    offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)
+    offsets[1:] = host_sizes.prod(dim=1).cumsum(0)
+    num_values = int(offsets[-1])
+    dev_offsets, dev_sizes = offsets.to(padded.device), host_sizes.to(padded.device)
+    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
+    block_elems = resolve_block_elems(block_elems)
+    # The layout alone (its values a zero-stride placeholder) builds and caches the metadata.
+    layout = RaggedBatch(padded.new_empty((1,)).expand(num_values), dev_offsets, dev_sizes, validate=False)
+    layout._host_layout = (offsets, host_sizes)
+    values = torch.ops.octopus.from_padded(padded, dev_offsets, dev_sizes, num_values, strategy, block_elems,
+                                           layout.metadata(strategy, block_elems), validate)
+    return layout.with_values(values)

@@ -230,28 +230,11 @@ class RaggedBatch:
 
     def to_padded(self, pad_value: float = 0.0, max_size: Optional[Sequence[int]] = None) -> torch.Tensor:
         """A dense ``[M, *max_shape]`` tensor, each item in the leading corner, the rest
-        ``pad_value``. ``max_size`` (one extent per item dimension) fixes the padded shape;
-        items larger than it are cropped."""
-        m, d = len(self), self.item_dim
-        if max_size is None:
-            max_shape = self.host_layout()[1].amax(dim=0).tolist() if m else [0] * d
-        else:
-            max_shape = [int(s) for s in max_size]
-            if len(max_shape) != d or any(s < 0 for s in max_shape):
-                raise ValueError(f"max_size must have {d} non-negative extents, got {list(max_size)}")
-        out = torch.full((m, *max_shape), pad_value, dtype=self.dtype, device=self.device)
-        if self.numel() == 0 or out.numel() == 0:
-            return out
-        ids, coords = self._element_coordinates()
-        keep = torch.ones_like(ids, dtype=torch.bool)
-        dest = ids * math.prod(max_shape)
-        stride = 1
-        for k in range(d - 1, -1, -1):
-            keep &= coords[k] < max_shape[k]
-            dest += coords[k] * stride
-            stride *= max_shape[k]
-        out.view(-1)[dest[keep]] = self._values[keep]
-        return out
+        ``pad_value`` (one kernel: ``torch.ops.octopus.to_padded``; differentiable).
+        ``max_size`` (one extent per item dimension) fixes the padded shape; items larger than
+        it are cropped. Without it the shape is the largest extent of each dimension."""
+        from .ops import to_padded
+        return to_padded(self, pad_value, max_size)
 
     def to_nested(self, layout: Optional[torch.layout] = None) -> torch.Tensor:
         """A ``torch.nested`` tensor. Jagged layout (the default where every item has the
@@ -273,19 +256,6 @@ class RaggedBatch:
         if layout == torch.strided:
             return torch.nested.nested_tensor(self.unbind(), layout=torch.strided)
         raise ValueError(f"layout must be torch.jagged or torch.strided, got {layout}")
-
-    def _element_coordinates(self) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Item id and per-dimension coordinates of every element (on the device)."""
-        n, m = self.numel(), len(self)
-        lengths = self._offsets.diff()
-        ids = torch.repeat_interleave(torch.arange(m, device=self.device), lengths, output_size=n)
-        local = torch.arange(n, device=self.device) - self._offsets[ids]
-        item_sizes = self._sizes[ids]
-        coords = [None] * self.item_dim
-        for k in range(self.item_dim - 1, -1, -1):
-            coords[k] = local % item_sizes[:, k].clamp_min(1)
-            local = local // item_sizes[:, k].clamp_min(1)
-        return ids, coords
 
 
 def _describe(x) -> str:

@@ -1,0 +1,149 @@
+// Ragged <-> padded conversion. to_padded writes a dense [M, *max_shape] tensor, each item
+// in its leading corner and pad_value elsewhere (items larger than max_shape are cropped);
+// from_padded reads the items back out of such a tensor. from_padded is a ragged functor
+// run by the generic drivers (every strategy); to_padded's work is the dense output, so
+// its kernels walk output rows and need no item locator.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include <cstdint>
+
+#include "octopus/core/checks.h"
+#include "octopus/core/dtypes.h"
+#include "octopus/core/plan.h"
+#include "octopus/core/vec.h"
+
+namespace octopus {
+
+constexpr int kMaxItemDims = 4;
+
+// The shape of one dense slot ([*max_shape]) and its row-major strides.
+struct DenseSlot {
+  int dims;
+  int64_t extent[kMaxItemDims];
+  int64_t stride[kMaxItemDims];
+  int64_t numel;
+};
+
+// Item shapes are read per item from `sizes` [M, dims]; a degenerate extent reads as 1 so
+// that unvalidated input can never divide by zero or index out of bounds.
+OCTOPUS_HD int64_t item_extent(const int64_t* sizes, int64_t i, int dims, int k) {
+  const int64_t e = sizes[i * dims + k];
+  return e > 0 ? e : 1;
+}
+
+// values[g] = padded[item][coords of g in the item], 0 where the item is larger than the slot.
+template <typename T>
+struct FromPaddedOp {
+  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kUnroll = 2;
+  using InVec = Vec<T, kVec>;  // nothing is read from the packed buffer
+
+  const T* __restrict__ padded;
+  T* __restrict__ out;
+  const int64_t* __restrict__ offsets;
+  const int64_t* __restrict__ sizes;
+  int64_t num_values;
+  DenseSlot slot;
+
+  struct Item {
+    int64_t begin;
+    int64_t base;  // the item's slot in `padded`
+    int64_t extent[kMaxItemDims];
+  };
+
+  OCTOPUS_HD Item item(int64_t i) const {
+    Item it{};
+    const int64_t o = offsets[i];
+    it.begin = o < 0 ? 0 : (o > num_values ? num_values : o);
+    it.base = i * slot.numel;
+    for (int k = 0; k < slot.dims; ++k) it.extent[k] = item_extent(sizes, i, slot.dims, k);
+    return it;
+  }
+
+  OCTOPUS_HD InVec load(int64_t) const { return InVec{}; }
+
+  // kVec consecutive elements of one item: coordinates of the first, then stepped.
+  OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const {
+    int64_t coord[kMaxItemDims];
+    coordinates(it, g - it.begin, coord);
+    InVec r;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      r.v[k] = at_coords(it, coord);
+      for (int d = slot.dims - 1; d >= 0; --d) {  // the next element in row-major order
+        if (++coord[d] < it.extent[d] || d == 0) break;
+        coord[d] = 0;
+      }
+    }
+    *reinterpret_cast<InVec*>(out + g) = r;
+  }
+
+  OCTOPUS_HD void one(const Item& it, int64_t g) const {
+    int64_t coord[kMaxItemDims];
+    coordinates(it, g - it.begin, coord);
+    out[g] = at_coords(it, coord);
+  }
+
+ private:
+  OCTOPUS_HD void coordinates(const Item& it, int64_t local, int64_t* coord) const {
+    for (int d = slot.dims - 1; d >= 0; --d) {
+      const int64_t e = it.extent[d];
+      const int64_t q = (local >> 31) == 0 && (e >> 31) == 0
+                            ? static_cast<int64_t>(static_cast<uint32_t>(local) / static_cast<uint32_t>(e))
+                            : local / e;
+      coord[d] = local - q * e;
+      local = q;
+    }
+  }
+
+  OCTOPUS_HD T at_coords(const Item& it, const int64_t* coord) const {
+    int64_t index = it.base;
+    for (int d = 0; d < slot.dims; ++d) {
+      if (coord[d] >= slot.extent[d]) return T{};
+      index += coord[d] * slot.stride[d];
+    }
+    return padded[index];
+  }
+};
+
+// Checked arguments of to_padded / from_padded.
+struct PaddingArgs {
+  at::Tensor values, offsets, sizes, padded, out;
+  DenseSlot slot;
+  Strategy strategy;
+  int64_t block_elems;
+};
+
+// `values` ragged -> `out` [M, *max_shape]; validate_contents also checks the layout
+// (offsets and sizes agree; one host copy).
+PaddingArgs prepare_to_padded(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                              c10::IntArrayRef max_shape, bool validate_contents);
+
+// `padded` [M, *slot] -> `out` ragged of num_values elements; validate_contents checks the
+// layout, check_fit that every item fits its slot (each one host copy).
+PaddingArgs prepare_from_padded(const at::Tensor& padded, const at::Tensor& offsets, const at::Tensor& sizes,
+                                int64_t num_values, c10::string_view strategy, int64_t block_elems,
+                                bool validate_contents, bool check_fit);
+
+// Calls f(T{}) for any dtype the conversions move (they do no arithmetic).
+template <class F>
+void dispatch_copy_dtype(c10::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case c10::kFloat: return f(float{});
+    case c10::kDouble: return f(double{});
+    case c10::kHalf: return f(c10::Half{});
+    case c10::kBFloat16: return f(c10::BFloat16{});
+    case c10::kByte: return f(uint8_t{});
+    case c10::kInt: return f(int32_t{});
+    case c10::kLong: return f(int64_t{});
+    case c10::kBool: return f(bool{});
+    default:
+      TORCH_CHECK_TYPE(false, "values must be float32, float64, float16, bfloat16, uint8, int32, int64 or bool, got ",
+                       dtype);
+  }
+}
+
+}  // namespace octopus
