@@ -49,9 +49,10 @@ at::Tensor item_stats_cpu(const at::Tensor& values, const at::Tensor& offsets, i
         const int64_t plane = (off[i + 1] - off[i]) / a.planes;
         const T* p = x + off[i] + c * plane;
         double* r = out + slot * kNumStats;
-        if (plane == 0) {
-          r[kStatSum] = 0.0;
-          r[kStatM2] = r[kStatMin] = r[kStatMax] = nan;
+        if (plane == 0) {  // the reductions' identities
+          r[kStatSum] = r[kStatM2] = 0.0;
+          r[kStatMin] = std::numeric_limits<double>::infinity();
+          r[kStatMax] = -std::numeric_limits<double>::infinity();
           continue;
         }
         const double k = static_cast<double>(p[0]);

@@ -4,7 +4,8 @@
 // Numerics: every (item, channel) is accumulated in float64 as sums of (x - k) and
 // (x - k)^2, k being its first element (the shifted-data algorithm): M2 = S2 - S1^2 / n
 // loses nothing to cancellation unless the mean lies far from k in units of the standard
-// deviation. On CUDA, partial sums of plan blocks are combined with float64 atomics, so the
+// deviation. An empty (item, channel) gives the reductions' identities: sum 0, M2 0,
+// min +inf, max -inf. NaN propagates into every statistic. On CUDA, partial sums of plan blocks are combined with float64 atomics, so the
 // last bits of a result may differ between runs.
 #pragma once
 

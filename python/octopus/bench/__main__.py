@@ -3,8 +3,9 @@ wins on this GPU, for these item sizes — octopus's strategies beside what a Py
 writes today (padding, repeat_interleave tables, nested tensors, per-item loops) — in time,
 memory and energy. Prints a table, writes every raw measurement as JSON and plots as PNG.
 
-Workloads: ``affine`` (per-item scale and bias over item-size distributions) and
-``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
+Workloads: ``affine`` (per-item scale and bias), ``normalize`` (per-item mean/std
+normalization), ``padding`` (ragged -> padded -> ragged), each over item-size distributions,
+and ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
 On a machine without a GPU the CPU kernels run on batches 1000x smaller.
 """
 
@@ -20,12 +21,12 @@ import torch
 
 import octopus
 
-from . import affine, diffusion
+from . import affine, diffusion, image_ops
 from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sample_sizes
 from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
 
-WORKLOADS = ("affine", "diffusion")
+WORKLOADS = ("affine", "normalize", "padding", "diffusion")
 SCALING_ITEMS = (1_000, 10_000, 100_000, 1_000_000)
 CPU_SCALE_DOWN = 1000
 
@@ -174,8 +175,9 @@ def main(argv=None) -> int:
     measurer = Measurer(device, args.energy_window_ms)
 
     jobs = []
-    if "affine" in args.workloads:
-        jobs += [("affine", d) for d in args.dists]
+    for workload in ("affine", "normalize", "padding"):
+        if workload in args.workloads:
+            jobs += [(workload, d) for d in args.dists]
     if "diffusion" in args.workloads:
         jobs += [("diffusion", s) for s in diffusion.SHAPES]
     scaling_items = [max(1, n // scale_down) for n in SCALING_ITEMS] if args.scaling else []
@@ -190,6 +192,16 @@ def main(argv=None) -> int:
         if kind == "affine":
             sizes = sample_sizes(what, args.items, scale_down, g, file_sizes)
             rows += _affine_rows(sizes, what, args, measurer, copy_gbs, scale_down, blocks, not args.no_baselines)
+        elif kind in ("normalize", "padding"):
+            sizes = sample_sizes(what, args.items, scale_down, g, file_sizes)
+            run = image_ops.run_normalize if kind == "normalize" else image_ops.run_padding
+            got = run(sizes, measurer, copy_gbs, args.repeats, not args.no_baselines,
+                      affine.PER_ITEM_LOOP_MAX_ITEMS // scale_down)
+            n = int(sizes.prod(1).sum())
+            d2h = _d2h_ms(n, device, args.repeats)
+            for r in got:
+                r.update(workload=kind, distribution=what, items=sizes.shape[0], elements=n, d2h_ms=d2h)
+            rows += got
         elif kind == "diffusion":
             got = diffusion.run(measurer, [what], args.steps, args.repeats, copy_gbs, scale_down)
             d2h = _d2h_ms(got[0]["elements"], device, args.repeats) if got else None

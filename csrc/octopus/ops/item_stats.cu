@@ -1,0 +1,167 @@
+// octopus::item_stats — the CUDA kernel. Reductions run over the block plan, whose blocks
+// never cross items: a warp takes a plan block, splits it where channel planes begin,
+// accumulates each piece in float64 (shifted by the plane's first element), reduces
+// across the warp and adds the partial sums into its (item, channel) with atomics. A
+// second small kernel turns the sums into (sum, M2, min, max).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <limits>
+
+#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/dtypes.h"
+#include "octopus/core/metadata.h"
+#include "octopus/ops/item_stats.h"
+
+namespace octopus {
+namespace {
+
+// Accumulator layout per (item, channel): S1, S2, min, max (min/max NaN-propagating).
+__device__ __forceinline__ void atomic_min_max(double* address, double value, bool want_max) {
+  auto* bits = reinterpret_cast<unsigned long long*>(address);
+  unsigned long long old = *bits;
+  while (true) {
+    const double current = __longlong_as_double(static_cast<long long>(old));
+    if (isnan(current)) return;
+    const bool better = isnan(value) || (want_max ? value > current : value < current);
+    if (!better) return;
+    const unsigned long long seen = atomicCAS(bits, old, static_cast<unsigned long long>(__double_as_longlong(value)));
+    if (seen == old) return;
+    old = seen;
+  }
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);
+  return v;
+}
+
+__device__ __forceinline__ double warp_min_max(double v, bool want_max) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const double o = __shfl_down_sync(0xffffffffu, v, s);
+    v = (isnan(v) || isnan(o)) ? __longlong_as_double(0x7ff8000000000000LL) : (want_max ? fmax(v, o) : fmin(v, o));
+  }
+  return v;
+}
+
+template <typename T, int kUnroll>
+__global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __restrict__ x,
+                                                                    const longlong2* __restrict__ plan,
+                                                                    const int64_t* __restrict__ offsets, int64_t planes,
+                                                                    double* __restrict__ acc) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
+  const int64_t units = __ldg(&plan[0].x);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t u = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; u < units; u += warps) {
+    const longlong2 row = __ldg(plan + 1 + u);
+    const int64_t item = block_item(row.y);
+    int64_t g = row.x;
+    const int64_t end = g + block_length(row.y);
+    const int64_t begin = __ldg(offsets + item);
+    const int64_t plane = max((__ldg(offsets + item + 1) - begin) / planes, int64_t{1});  // >= 1 whatever the input
+    while (g < end) {  // one piece per channel plane the block touches
+      const int64_t c = min((g - begin) / plane, planes - 1);
+      const int64_t piece_end = c == planes - 1 ? end : min(end, begin + (c + 1) * plane);
+      const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
+      double s1 = 0.0, s2 = 0.0, lo = inf, hi = -inf;
+      bool has_nan = false;
+      for (int64_t base = g + lane; base < piece_end; base += 32 * kUnroll) {
+        T v[kUnroll];
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          const int64_t e = base + int64_t{j} * 32;
+          if (e < piece_end) v[j] = x[e];
+        }
+#pragma unroll
+        for (int j = 0; j < kUnroll; ++j) {
+          if (base + int64_t{j} * 32 >= piece_end) continue;
+          const double d0 = static_cast<double>(static_cast<acc_type<T>>(v[j]));
+          const double d = d0 - k;
+          s1 += d;
+          s2 = fma(d, d, s2);
+          has_nan |= isnan(d0);
+          lo = fmin(lo, d0);
+          hi = fmax(hi, d0);
+        }
+      }
+      const double nan = __longlong_as_double(0x7ff8000000000000LL);
+      if (has_nan) lo = hi = nan;
+      s1 = warp_sum(s1);
+      s2 = warp_sum(s2);
+      lo = warp_min_max(lo, false);
+      hi = warp_min_max(hi, true);
+      if (lane == 0) {
+        double* a = acc + (item * planes + c) * kNumStats;
+        atomicAdd(a + kStatSum, s1);
+        atomicAdd(a + kStatM2, s2);
+        atomic_min_max(a + kStatMin, lo, false);
+        atomic_min_max(a + kStatMax, hi, true);
+      }
+      g = piece_end;
+    }
+  }
+}
+
+// (S1, S2, min, max) -> (sum, M2, min, max); empty planes keep the identities (0, 0, +inf, -inf).
+template <typename T>
+__global__ void item_stats_finish(const T* __restrict__ x, const int64_t* __restrict__ offsets, int64_t slots,
+                                  int64_t planes, double* __restrict__ acc) {
+  const int64_t slot = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (slot >= slots) return;
+  const int64_t item = slot / planes, c = slot % planes;
+  const int64_t begin = offsets[item];
+  const int64_t plane = (offsets[item + 1] - begin) / planes;
+  double* a = acc + slot * kNumStats;
+  const double nan = __longlong_as_double(0x7ff8000000000000LL);
+  if (plane == 0) return;
+  const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
+  const double n = static_cast<double>(plane);
+  const double s1 = a[kStatSum], s2 = a[kStatM2];
+  a[kStatSum] = s1 + n * k;
+  a[kStatM2] = isnan(s2) ? nan : fmax(s2 - s1 * s1 / n, 0.0);
+}
+
+at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, int64_t block_elems,
+                           const c10::optional<at::Tensor>& plan, bool validate) {
+  const c10::cuda::CUDAGuard guard(values.device());
+  const bool validate_contents =
+      validate && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+  ItemStatsArgs a = prepare_item_stats(values, offsets, channels, block_elems, validate_contents);
+  const int64_t m = a.offsets.numel() - 1;
+  if (m == 0) return a.out;
+  a.out.select(2, kStatSum).zero_();
+  a.out.select(2, kStatM2).zero_();
+  a.out.select(2, kStatMin).fill_(std::numeric_limits<double>::infinity());
+  a.out.select(2, kStatMax).fill_(-std::numeric_limits<double>::infinity());
+  const at::Tensor p = metadata_for(Strategy::Plan, plan, a.offsets, a.values.numel(), a.block_elems, build_plan_cuda);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kUnroll = 4;
+    const int64_t max_units = p.size(0) - 1;
+    if (max_units > 0 && a.values.numel() > 0) {
+      const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,
+                                               (max_units + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock);
+      item_stats_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), cuda::kThreads, 0, stream>>>(
+          a.values.data_ptr<T>(), reinterpret_cast<const longlong2*>(p.data_ptr<int64_t>()),
+          a.offsets.data_ptr<int64_t>(), a.planes, a.out.data_ptr<double>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    const int64_t slots = m * a.planes;
+    item_stats_finish<T><<<static_cast<unsigned>((slots + 255) / 256), 256, 0, stream>>>(
+        a.values.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), slots, a.planes, a.out.data_ptr<double>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return a.out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(octopus, CUDA, m) { m.impl("item_stats", &item_stats_cuda); }
+
+}  // namespace octopus

@@ -1,0 +1,140 @@
+"""The normalize and padding workloads of ``octopus-bench``: per-item instance
+normalization, and ragged -> padded -> ragged, each beside what a PyTorch user writes today
+and the memory floor (the bytes the op must move, at the measured copy bandwidth)."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+
+import octopus
+
+from .affine import make_batch
+from .timing import Measurer, median_ms
+
+EPS = 1e-5
+
+
+def _rows(copy_gbs: float, moved_bytes: int):
+    rows: List[Dict] = []
+
+    def row(method, measured, setup_ms=0.0, metadata_mb=0.0, strategy=None, note="", moved=moved_bytes):
+        r = dict(method=method, strategy=strategy, block_elems=None, setup_ms=setup_ms, h2d_ms=0.0,
+                 metadata_mb=metadata_mb, note=note,
+                 **(measured or dict(kernel_ms=None, peak_mb=None, energy_mj=None)))
+        ms = r["kernel_ms"]
+        r["total_ms"] = setup_ms + ms if ms is not None else None
+        r["gbs"] = moved / ms / 1e6 if ms else None
+        r["pct_copy"] = 100 * r["gbs"] / copy_gbs if ms else None
+        rows.append(r)
+
+    floor = dict(kernel_ms=moved_bytes / copy_gbs / 1e6, peak_mb=None, energy_mj=None)
+    return rows, row, floor
+
+
+def run_normalize(sizes: torch.Tensor, measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool,
+                  loop_max_items: int) -> List[Dict]:
+    """(x - mean_i) / (std_i + eps) per item, fp32: 2 reads + 1 write per element at least."""
+    device = measurer.device
+    batch = make_batch(sizes, device)
+    values, offsets = batch.values, batch.offsets
+    n, m = batch.numel(), len(batch)
+    rows, row, floor = _rows(copy_gbs, 12 * n)
+    row("memory floor (2 reads + 1 write)", floor, note="the op's bytes at the measured copy bandwidth")
+    setup = median_ms(lambda: torch.ops.octopus.plan(offsets, n, octopus.DEFAULT_BLOCK_ELEMS), device,
+                      repeats=repeats)
+    batch.plan()
+    row("octopus normalize", measurer.measure(lambda: octopus.normalize(batch, correction=1, eps=EPS),
+                                              repeats=repeats), setup_ms=setup, strategy="plan")
+    got = octopus.normalize(batch, correction=1, eps=EPS).values
+    if not baselines:
+        return rows
+    lengths = offsets.diff()
+
+    def segment_reduce():
+        total = torch.segment_reduce(values, "sum", lengths=lengths, unsafe=True)
+        squares = torch.segment_reduce(values * values, "sum", lengths=lengths, unsafe=True)
+        count = lengths.clamp_min(1).to(values.dtype)
+        mean = total / count
+        std = ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
+        return (values - mean.repeat_interleave(lengths, output_size=n)) / (
+            std.repeat_interleave(lengths, output_size=n) + EPS)
+
+    row("torch segment_reduce + repeat_interleave", measurer.measure(segment_reduce, repeats=repeats),
+        note="sum and sum of squares (float32), statistics expanded per element")
+    torch.testing.assert_close(segment_reduce(), got, rtol=1e-3, atol=1e-3)
+    if m <= loop_max_items:
+        o = batch.host_layout()[0].tolist()
+        out = torch.empty_like(values)
+
+        def loop():
+            for i in range(m):
+                x = values[o[i]:o[i + 1]]
+                torch.div(x - x.mean(), x.std() + EPS, out=out[o[i]:o[i + 1]])
+
+        row("torch per-item loop", measurer.measure(loop, warmup=1, repeats=3))
+    else:
+        row("torch per-item loop", None, note=f"skipped: {m} items (run only up to {loop_max_items})")
+    return rows
+
+
+def run_padding(sizes: torch.Tensor, measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool,
+                loop_max_items: int, max_padded_elems: int = 1 << 30) -> List[Dict]:
+    """ragged -> padded and back; the floor is the ragged read plus the padded write. The
+    slot is the largest item, unless the padded batch would exceed ``max_padded_elems``:
+    then 2-D items get slots of at most 128 per side (1-D: the budget's share) and larger
+    items are cropped."""
+    device = measurer.device
+    batch = make_batch(sizes, device)
+    n, m = batch.numel(), len(batch)
+    host_sizes = batch.host_layout()[1]
+    slot = host_sizes.amax(0).tolist() if m else [0] * batch.item_dim
+    if m * int(torch.tensor(slot).prod()) > max_padded_elems:
+        cap = 128 if batch.item_dim > 1 else max_padded_elems // m
+        slot = [min(int(e), cap) for e in slot]
+    padded_elems = m * int(torch.tensor(slot).prod())
+    cropped = int((host_sizes > torch.tensor(slot)).any(1).sum())
+    kept = int(host_sizes.clamp(max=torch.tensor(slot)).prod(1).sum())
+    note = f"slot {'x'.join(map(str, slot))}" + (f"; {cropped} larger items cropped" if cropped else "")
+    rows, row, floor = _rows(copy_gbs, 4 * (n + padded_elems))
+    row("memory floor (ragged read + padded write)", floor, note=note)
+    row("octopus to_padded", measurer.measure(lambda: octopus.to_padded(batch, 0.0, slot), repeats=repeats),
+        note=note)
+    dense = octopus.to_padded(batch, 0.0, slot)
+    clipped = host_sizes.clamp(max=torch.tensor(slot))
+    back_bytes = 8 * kept  # the kept elements read from the slots and written packed
+    back = octopus.from_padded(dense, clipped)
+    r = measurer.measure(lambda: octopus.from_padded(dense, clipped, validate=False), repeats=repeats)
+    row("octopus from_padded (back)", r, strategy=octopus.tuning.tuned_choice(device).strategy, moved=back_bytes,
+        note="GB/s and % copy of the kept elements read from the slots and written packed")
+    if not baselines:
+        return rows
+    items = batch.unbind()
+    crops = [it[tuple(slice(0, s) for s in slot)] for it in items]
+    try:
+        def nested():
+            return torch.nested.nested_tensor(crops, layout=torch.strided).to_padded_tensor(0.0, output_size=(m, *slot))
+
+        setup = median_ms(lambda: torch.nested.nested_tensor(crops, layout=torch.strided), device, warmup=1, repeats=3)
+        nt = torch.nested.nested_tensor(crops, layout=torch.strided)
+        row("torch.nested.to_padded_tensor", measurer.measure(lambda: nt.to_padded_tensor(0.0, output_size=(m, *slot)),
+                                                              repeats=repeats), setup_ms=setup,
+            note="strided nested tensor of the crops (setup: building it), explicit output_size")
+        assert torch.equal(nested(), dense)
+        del nt
+    except (RuntimeError, AssertionError) as err:
+        row("torch.nested.to_padded_tensor", None, note=f"failed: {type(err).__name__}: {str(err)[:80]}")
+    if m <= loop_max_items:
+        out = torch.empty_like(dense)
+
+        def loop():
+            out.zero_()
+            for i, c in enumerate(crops):
+                out[i][tuple(slice(0, s) for s in c.shape)] = c
+
+        row("torch per-item loop", measurer.measure(loop, warmup=1, repeats=3))
+    else:
+        row("torch per-item loop", None, note=f"skipped: {m} items (run only up to {loop_max_items})")
+    del back
+    return rows

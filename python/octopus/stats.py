@@ -1,0 +1,98 @@
+"""Per-item statistics and normalization of ragged batches."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Union
+
+import torch
+
+from . import _registrations  # noqa: F401
+from .ops import affine
+from .ragged import RaggedBatch
+from .strategies import resolve_block_elems
+
+
+class ItemStats(NamedTuple):
+    """Statistics of every item (``[M]``) or item and channel (``[M, C]``), float64."""
+
+    count: torch.Tensor
+    sum: torch.Tensor
+    mean: torch.Tensor
+    min: torch.Tensor
+    max: torch.Tensor
+    var: torch.Tensor
+    std: torch.Tensor
+
+
+def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
+               block_elems: Optional[int] = None) -> ItemStats:
+    """Sum, mean, min, max, variance and standard deviation of every item in one pass
+    (``torch.ops.octopus.item_stats``: one kernel over the batch's block plan).
+
+    ``channels=C`` computes them per item and channel (each item being C equal contiguous
+    planes, as ``[C, H, W]`` images are): ``[M, C]`` results instead of ``[M]``. Results are
+    float64, accumulated in float64 (see the op's note on numerics). ``correction`` is
+    Bessel's correction of the variance (1: unbiased, as ``torch.var``; 0: population).
+    Empty items: count and sum 0, the rest NaN; an item of n <= correction elements has NaN
+    variance. sum, mean, var and std are differentiable with respect to the values.
+    """
+    if not isinstance(batch, RaggedBatch):
+        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    if not isinstance(channels, int) or channels < 0:
+        raise ValueError(f"channels must be 0 (per item) or a positive number of channels, got {channels!r}")
+    if correction < 0:
+        raise ValueError(f"correction must be non-negative, got {correction}")
+    block = resolve_block_elems(block_elems)
+    plan = batch.plan(block) if batch.device.type == "cuda" else None
+    raw = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, block, plan, False)
+    planes = raw.shape[1]
+    count = (batch.offsets.diff() // planes).to(torch.float64).unsqueeze(1).expand(-1, planes)
+    total, m2, lo, hi = raw.unbind(2)
+    mean = total / count
+    var = m2 / (count - correction)
+    nan = torch.full_like(var, float("nan"))
+    var = torch.where(count > correction, var, nan)
+    lo, hi = torch.where(count > 0, lo, nan), torch.where(count > 0, hi, nan)
+    stats = ItemStats(count, total, mean, lo, hi, var, var.sqrt())
+    if channels == 0:
+        stats = ItemStats(*(s[:, 0] for s in stats))
+    return stats
+
+
+Constants = Union[Sequence[float], torch.Tensor, None]
+
+
+def normalize(batch: RaggedBatch, channels: int = 0, *, mean: Constants = None, std: Constants = None,
+              eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedBatch:
+    """``(x - mean) / (std + eps)`` per item (``channels=0``) or per item and channel.
+
+    Without ``mean``/``std`` the statistics are each item's own (instance normalization over
+    ragged images, population std by default: ``correction=0``), computed by
+    :func:`item_stats` and applied by :func:`octopus.affine` — two passes over the data.
+    With ``mean`` and ``std`` (one value per channel, e.g. ImageNet's) those constants are
+    used for every item and only the affine pass runs. uint8 values give float32.
+    Differentiable with respect to the values.
+    """
+    if (mean is None) != (std is None):
+        raise ValueError("give both mean and std (fixed constants) or neither (each item's own statistics)")
+    param_dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
+    m = len(batch)
+    if mean is None:
+        stats = item_stats(batch, channels, correction=correction, block_elems=block_elems)
+        scale = 1 / (stats.std + eps)
+        # Empty items have NaN statistics and no elements: any finite parameter does.
+        shift = torch.nan_to_num(-stats.mean * scale)
+        scale = torch.nan_to_num(scale)
+    else:
+        c = max(channels, 1)
+        mean_t = torch.as_tensor(mean, dtype=torch.float64, device=batch.device).reshape(-1)
+        std_t = torch.as_tensor(std, dtype=torch.float64, device=batch.device).reshape(-1)
+        if mean_t.numel() != c or std_t.numel() != c:
+            raise ValueError(f"mean and std must have one value per channel ({c}), got {mean_t.numel()} and "
+                             f"{std_t.numel()}")
+        scale = (1 / (std_t + eps)).expand(m, c)
+        shift = (-mean_t * scale).expand(m, c)
+        if channels == 0:
+            scale, shift = scale[:, 0], shift[:, 0]
+    return affine(batch, scale.to(param_dtype).contiguous(), shift.to(param_dtype).contiguous(),
+                  block_elems=block_elems)

@@ -1,0 +1,166 @@
+"""item_stats and normalize against float64 per-item references computed from unbind()."""
+
+import math
+
+import pytest
+import torch
+
+import octopus
+from conftest import HAS_CUDA
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8]
+
+
+def make(shapes, device, dtype=torch.float32, seed=0, loc=0.0):
+    g = torch.Generator().manual_seed(seed)
+    items = []
+    for s in shapes:
+        if dtype == torch.uint8:
+            items.append(torch.randint(0, 256, s, generator=g, dtype=torch.uint8))
+        else:
+            items.append((torch.randn(s, generator=g, dtype=torch.float64) * 3 + loc).to(dtype))
+    return octopus.RaggedBatch.from_tensors(items, device=device, dtype=dtype, item_dim=len(shapes[0]))
+
+
+def reference(batch, channels, correction):
+    rows = []
+    for item in batch.cpu().unbind():
+        x = item.double().reshape(max(channels, 1), -1)
+        n = x.shape[1]
+        if n == 0:
+            nan = torch.full((x.shape[0],), math.nan, dtype=torch.float64)
+            rows.append(dict(sum=torch.zeros(x.shape[0], dtype=torch.float64), mean=nan, min=nan, max=nan, var=nan))
+            continue
+        var = x.var(dim=1, correction=correction) if n > correction else torch.full((x.shape[0],), math.nan,
+                                                                                    dtype=torch.float64)
+        rows.append(dict(sum=x.sum(1), mean=x.mean(1), min=x.amin(1), max=x.amax(1), var=var))
+    out = {k: torch.stack([r[k] for r in rows]) if rows else torch.zeros(0, max(channels, 1), dtype=torch.float64)
+           for k in ("sum", "mean", "min", "max", "var")}
+    if channels == 0:
+        out = {k: v[:, 0] for k, v in out.items()}
+    return out
+
+
+def check(stats, ref, rtol=1e-10):
+    for name, want in ref.items():
+        got = getattr(stats, name).cpu()
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want, rtol=rtol, atol=1e-9, equal_nan=True, msg=name)
+    torch.testing.assert_close(stats.std.cpu(), ref["var"].sqrt(), rtol=rtol, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("correction", [0, 1])
+def test_per_item_random_lengths(device, dtype, correction):
+    g = torch.Generator().manual_seed(1)
+    shapes = [(int(n),) for n in torch.randint(0, 9000, (40,), generator=g)] + [(0,), (1,), (2,)]
+    batch = make(shapes, device, dtype)
+    check(octopus.item_stats(batch, correction=correction, block_elems=512), reference(batch, 0, correction))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_per_item_and_channel_images(device, dtype):
+    g = torch.Generator().manual_seed(2)
+    shapes = [(3, int(h), int(w)) for h, w in torch.randint(0, 70, (25, 2), generator=g)] + [(3, 1, 1), (3, 0, 5)]
+    batch = make(shapes, device, dtype)
+    for block in (16, 256, 4096):
+        check(octopus.item_stats(batch, 3, block_elems=block), reference(batch, 3, 1))
+
+
+def test_empty_batch_one_item_and_nan(device):
+    empty = octopus.RaggedBatch.from_tensors([], device=device)
+    assert octopus.item_stats(empty).sum.shape == (0,)
+    one = make([(5,)], device)
+    check(octopus.item_stats(one), reference(one, 0, 1))
+    x = torch.tensor([1.0, float("nan"), 3.0, 4.0, 5.0], device=device)
+    batch = octopus.RaggedBatch.from_tensors([x[:2], x[2:]])
+    s = octopus.item_stats(batch)
+    assert s.mean[0].isnan() and s.min[0].isnan() and s.max[0].isnan() and s.var[0].isnan()
+    assert s.mean[1].item() == 4.0 and s.min[1].item() == 3.0 and s.max[1].item() == 5.0
+
+
+def test_huge_item_far_from_zero(device):
+    # 3M float32 elements around 1e4 with unit spread: a naive float32 sum of squares
+    # would lose the variance entirely.
+    batch = make([(3_000_000,), (17,)], device, torch.float32, loc=1e4)
+    check(octopus.item_stats(batch), reference(batch, 0, 1), rtol=1e-9)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_cuda_10_pow_8_elements():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    values = torch.randn(100_000_000, device="cuda", generator=g) * 2 + 100
+    offsets = torch.tensor([0, 60_000_000, 100_000_000], device="cuda")
+    batch = octopus.RaggedBatch(values, offsets, offsets.diff().view(-1, 1))
+    s = octopus.item_stats(batch)
+    for i, (a, b) in enumerate([(0, 60_000_000), (60_000_000, 100_000_000)]):
+        ref = values[a:b].double()
+        torch.testing.assert_close(s.mean[i], ref.mean(), rtol=1e-12, atol=0)
+        torch.testing.assert_close(s.var[i], ref.var(), rtol=1e-9, atol=0)
+        assert s.min[i] == ref.min() and s.max[i] == ref.max()
+
+
+def test_gradients(device):
+    batch = make([(3, 4, 5), (3, 0, 2), (3, 2, 1)], device, torch.float64)
+    v = batch.values.clone().requires_grad_()
+
+    def f(values, channels, which):
+        b = batch.with_values(values)
+        s = octopus.item_stats(b, channels)
+        return getattr(s, which)
+
+    for channels in (0, 3):
+        for which in ("sum", "mean", "var", "std"):
+            torch.autograd.gradcheck(lambda x: torch.nan_to_num(f(x, channels, which)), (v,))
+    torch.autograd.gradcheck(lambda x: octopus.normalize(batch.with_values(x), 3).values, (v,))
+
+
+def test_opcheck(device):
+    batch = make([(3, 4), (0, 2), (5, 1)], device)
+    torch.library.opcheck(torch.ops.octopus.item_stats.default, (batch.values, batch.offsets, 0, 0, None, True))
+    images = make([(2, 3, 4), (2, 0, 2), (2, 5, 1)], device)
+    torch.library.opcheck(torch.ops.octopus.item_stats.default, (images.values, images.offsets, 2, 16, None, True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_normalize_matches_reference(device, dtype):
+    g = torch.Generator().manual_seed(3)
+    shapes = [(3, int(h), int(w)) for h, w in torch.randint(1, 50, (12, 2), generator=g)] + [(3, 0, 4)]
+    batch = make(shapes, device, dtype)
+    out_dtype = torch.float32 if dtype == torch.uint8 else dtype
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype in (torch.float16, torch.bfloat16) else dict(rtol=1e-5, atol=1e-5)
+    for channels in (0, 3):
+        got = octopus.normalize(batch, channels, eps=1e-3)
+        assert got.dtype == out_dtype
+        for item, out in zip(batch.cpu().unbind(), got.cpu().unbind()):
+            x = item.double().reshape(max(channels, 1), -1)
+            if x.shape[1] == 0:
+                continue
+            want = (x - x.mean(1, keepdim=True)) / (x.std(1, correction=0, keepdim=True) + 1e-3)
+            torch.testing.assert_close(out.double().reshape(want.shape), want, **tol)
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    got = octopus.normalize(batch, 3, mean=mean, std=std, eps=0.0)
+    for item, out in zip(batch.cpu().unbind(), got.cpu().unbind()):
+        want = (item.double() - torch.tensor(mean).double().view(3, 1, 1)) / torch.tensor(std).double().view(3, 1, 1)
+        torch.testing.assert_close(out.double(), want, **tol)
+
+
+def test_bad_input(device):
+    batch = make([(3, 4), (2, 2)], device)
+    with pytest.raises(ValueError, match="channels"):
+        octopus.item_stats(batch, 5)  # 12 and 4 elements do not split into 5 planes
+    with pytest.raises(ValueError, match="channels"):
+        torch.ops.octopus.item_stats(batch.values, batch.offsets, -1, 0, None, True)
+    with pytest.raises(ValueError, match="channels must be 0"):
+        octopus.item_stats(batch, -2)
+    with pytest.raises(ValueError, match="correction"):
+        octopus.item_stats(batch, correction=-1)
+    with pytest.raises(ValueError, match="both mean and std"):
+        octopus.normalize(batch, mean=[0.5])
+    with pytest.raises(ValueError, match="one value per channel"):
+        octopus.normalize(batch, 2, mean=[0.5], std=[0.2])
+    with pytest.raises(TypeError, match="values must be"):
+        torch.ops.octopus.item_stats(batch.values.int(), batch.offsets, 0, 0, None, True)
+    with pytest.raises(ValueError, match="offsets"):
+        torch.ops.octopus.item_stats(batch.values, torch.tensor([0, 5, 3], device=device), 0, 0, None, True)
