@@ -42,6 +42,13 @@ def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
         raise ValueError(f"channels must be 0 (per item) or a positive number of channels, got {channels!r}")
     if correction < 0:
         raise ValueError(f"correction must be non-negative, got {correction}")
+    if channels > 1:  # every item must split into `channels` equal planes (checked on the host copy)
+        lengths = batch.host_layout()[0].diff()
+        bad = (lengths % channels).nonzero()
+        if bad.numel():
+            i = int(bad[0, 0])
+            raise ValueError(f"channels={channels}: item {i} has {int(lengths[i])} elements, which do not split into "
+                             f"{channels} equal planes ({bad.shape[0]} items do not)")
     block = resolve_block_elems(block_elems)
     plan = batch.plan(block) if batch.device.type == "cuda" else None
     raw = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, block, plan, False)

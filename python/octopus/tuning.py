@@ -192,7 +192,7 @@ def _time_ms(fn, device: torch.device, repeats: int) -> float:
 
 
 def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]] = None,
-             block_sizes: Optional[List[int]] = None, repeats: int = 5) -> TunedChoice:
+             block_sizes: Optional[List[int]] = None, repeats: int = 9) -> TunedChoice:
     """Measures the strategies and block sizes on ``device`` (default: the current CUDA
     device, else the CPU) with two short probes and makes the fastest the choice of
     ``strategy="auto"``; the choice is saved to the on-disk cache. With a cached choice for

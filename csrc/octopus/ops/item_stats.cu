@@ -13,6 +13,7 @@
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/metadata.h"
+#include "octopus/core/vec.h"
 #include "octopus/ops/item_stats.h"
 
 namespace octopus {
@@ -48,7 +49,7 @@ __device__ __forceinline__ double warp_min_max(double v, bool want_max) {
   return v;
 }
 
-template <typename T, int kUnroll>
+template <typename T, int kUnroll, int kVec = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __restrict__ x,
                                                                     const longlong2* __restrict__ plan,
                                                                     const int64_t* __restrict__ offsets, int64_t planes,
@@ -70,23 +71,33 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
       const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
       double s1 = 0.0, s2 = 0.0, lo = inf, hi = -inf;
       bool has_nan = false;
-      for (int64_t base = g + lane; base < piece_end; base += 32 * kUnroll) {
-        T v[kUnroll];
+      auto add = [&](T value) {
+        const double d0 = static_cast<double>(static_cast<acc_type<T>>(value));
+        const double d = d0 - k;
+        s1 += d;
+        s2 = fma(d, d, s2);
+        has_nan |= isnan(d0);
+        lo = fmin(lo, d0);
+        hi = fmax(hi, d0);
+      };
+      // Single elements up to the first 16-byte boundary and after the last; whole
+      // vectors (kUnroll in flight per lane) in between.
+      const int64_t a0 = min(piece_end, (g + kVec - 1) / kVec * kVec);
+      const int64_t a1 = max(a0, piece_end / kVec * kVec);
+      for (int64_t e = g + lane; e < a0; e += 32) add(x[e]);
+      for (int64_t e = a1 + lane; e < piece_end; e += 32) add(x[e]);
+      for (int64_t base = a0 + int64_t{lane} * kVec; base < a1; base += int64_t{32} * kVec * kUnroll) {
+        Vec<T, kVec> v[kUnroll];
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
-          const int64_t e = base + int64_t{j} * 32;
-          if (e < piece_end) v[j] = x[e];
+          const int64_t e = base + int64_t{j} * 32 * kVec;
+          if (e < a1) v[j] = *reinterpret_cast<const Vec<T, kVec>*>(x + e);
         }
 #pragma unroll
         for (int j = 0; j < kUnroll; ++j) {
-          if (base + int64_t{j} * 32 >= piece_end) continue;
-          const double d0 = static_cast<double>(static_cast<acc_type<T>>(v[j]));
-          const double d = d0 - k;
-          s1 += d;
-          s2 = fma(d, d, s2);
-          has_nan |= isnan(d0);
-          lo = fmin(lo, d0);
-          hi = fmax(hi, d0);
+          if (base + int64_t{j} * 32 * kVec >= a1) continue;
+#pragma unroll
+          for (int q = 0; q < kVec; ++q) add(v[j].v[q]);
         }
       }
       const double nan = __longlong_as_double(0x7ff8000000000000LL);
@@ -142,7 +153,7 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kUnroll = 4;
+    constexpr int kUnroll = sizeof(T) >= 4 ? 2 : 1;  // 16-byte vectors: 4 to 16 elements each
     const int64_t max_units = p.size(0) - 1;
     if (max_units > 0 && a.values.numel() > 0) {
       const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,
