@@ -9,7 +9,7 @@ leases CUDA streams to many callers sharing GPUs.
 from . import _registrations  # noqa: F401  (fake + autograd registrations)
 from ._library import built_with_cuda
 from .tuning import TunedChoice, autotune
-from .ops import affine, from_padded, plan, plan_blocks, to_padded
+from .ops import affine, clamp, from_padded, plan, plan_blocks, power, threshold, to_padded
 from .ragged import RaggedBatch
 from .stats import ItemStats, item_stats, normalize
 from .scheduler import Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
@@ -18,7 +18,7 @@ from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 __version__ = "0.1.0"
 
 __all__ = [
-    "RaggedBatch", "affine", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
+    "RaggedBatch", "affine", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
     "StreamScheduler", "Lease", "LeaseTimeout", "ReleaseEvent",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

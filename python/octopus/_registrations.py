@@ -156,3 +156,40 @@ def _item_stats_backward(ctx, grad):
 
 
 torch.library.register_autograd("octopus::item_stats", _item_stats_backward, setup_context=_item_stats_setup_context)
+
+
+@torch.library.register_fake("octopus::pointwise")
+def _pointwise_fake(values, offsets, kind, a, b, strategy="plan", block_elems=0, metadata=None, validate=True):
+    torch._check(values.dim() == 1, lambda: "values must be 1-D")
+    torch._check(a.shape[0] == offsets.shape[0] - 1, lambda: "a must have num_items rows")
+    torch._check(b.shape == a.shape, lambda: "b must have the same shape as a")
+    return values.new_empty(values.shape, dtype=_out_dtype(values.dtype))
+
+
+def _pointwise_setup_context(ctx, inputs, output):
+    values, offsets, kind, a, b, strategy, block_elems, metadata, validate = inputs
+    ctx.kind, ctx.strategy, ctx.block_elems = kind, strategy, block_elems
+    ctx.save_for_backward(values, offsets, a, b, metadata)
+
+
+def _pointwise_backward(ctx, grad):
+    """The values' gradient, from the same op: clamp passes it where lo <= x <= hi,
+    threshold "keep" where x > t, power scales it by a * b * x^(a - 1); the masks have none.
+    The parameters get no gradient."""
+    values, offsets, a, b, metadata = ctx.saved_tensors
+
+    def same_op(kind, p, q):
+        return torch.ops.octopus.pointwise(values, offsets, kind, p, q, ctx.strategy, ctx.block_elems, metadata, False)
+
+    if ctx.kind == "clamp":
+        local = same_op("inside", a, b)
+    elif ctx.kind == "threshold_keep":
+        local = same_op("threshold_mask", a, b)
+    elif ctx.kind == "power":
+        local = same_op("power", a - 1, a * b)
+    else:
+        local = torch.zeros_like(grad)
+    return (grad * local).to(values.dtype), None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::pointwise", _pointwise_backward, setup_context=_pointwise_setup_context)

@@ -68,6 +68,53 @@ def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: P
     return torch.ops.octopus.affine(x, offsets, s, b, strategy, block_elems, None, True)
 
 
+def _pointwise(x: RaggedBatch, kind: str, a: ParamLike, b: ParamLike, a_name: str, b_name: str, b_fill: float,
+               strategy: str, block_elems: Optional[int]) -> RaggedBatch:
+    if not isinstance(x, RaggedBatch):
+        raise TypeError(f"x must be a RaggedBatch, got {type(x).__name__}")
+    check_strategy(strategy, allow_auto=True)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, x.device)
+    block_elems = resolve_block_elems(block_elems)
+    m = len(x)
+    pa = _item_param(a, a_name, m, x.values, 0.0)
+    pb = _item_param(b, b_name, m, x.values, b_fill)
+    for p, name in ((pa, a_name), (pb, b_name)):
+        if p.dim() not in (1, 2) or p.shape[0] != m:
+            raise ValueError(f"{name} must have shape [num_items] or [num_items, channels] with num_items = {m}, "
+                             f"got {list(p.shape)}")
+    if pa.dim() != pb.dim():  # per item for one, per item and channel for the other
+        c = (pa if pa.dim() == 2 else pb).shape[1]
+        pa, pb = (p if p.dim() == 2 else p.view(m, 1).expand(m, c).contiguous() for p in (pa, pb))
+    out = torch.ops.octopus.pointwise(x.values, x.offsets, kind, pa, pb, strategy, block_elems,
+                                      x.metadata(strategy, block_elems), False)
+    return x.with_values(out)
+
+
+def clamp(x: RaggedBatch, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedBatch:
+    """``min(max(x, lo[item]), hi[item])`` with bounds per item (``[M]``), per item and
+    channel (``[M, C]``) or numbers; uint8 values give float32. Differentiable in the values."""
+    return _pointwise(x, "clamp", lo, hi, "lo", "hi", 0.0, strategy, block_elems)
+
+
+def threshold(x: RaggedBatch, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
+              strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedBatch:
+    """Per-item thresholds: ``mode="mask"`` gives 1 where ``x > threshold[item]`` and 0
+    elsewhere; ``mode="keep"`` keeps x there and puts ``value`` (per item, or a number)
+    elsewhere. uint8 values give float32. "keep" is differentiable in the values."""
+    if mode not in ("mask", "keep"):
+        raise ValueError(f"mode must be 'mask' or 'keep', got {mode!r}")
+    return _pointwise(x, "threshold_" + mode, thresholds, value, "thresholds", "value", 0.0, strategy, block_elems)
+
+
+def power(x: RaggedBatch, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedBatch:
+    """``gain[item] * x ** exponent[item]`` (gamma correction of non-negative data; a
+    negative x with a fractional exponent gives NaN, as ``torch.pow`` does). uint8 values
+    give float32. Differentiable in the values."""
+    return _pointwise(x, "power", exponent, gain, "exponent", "gain", 1.0, strategy, block_elems)
+
+
 def plan(batch: Union[RaggedBatch, torch.Tensor], block_elems: Optional[int] = None,
          num_values: Optional[int] = None) -> torch.Tensor:
     """The block plan of a batch, built on its device (a scan and a fill kernel on CUDA:

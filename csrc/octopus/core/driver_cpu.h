@@ -1,4 +1,4 @@
-// The generic CPU driver: runs an element-wise ragged functor (see ops/affine.h for the
+// The generic CPU driver: runs an element-wise ragged functor (see ops/item_param_op.h for the
 // interface: item(i), one(item, g)) over a batch, finding items with the chosen strategy.
 // The CPU is the reference backend, so every strategy is real here too: plans are walked
 // block by block, searches search, the lookup table is read per element.

@@ -3,7 +3,7 @@
 // buffer); each warp takes units in turn and asks the locator which item(s) a unit holds.
 // The locator is a template parameter, so every strategy runs the same functor code.
 //
-// Functor interface (see ops/affine.h): kVec, InVec, item(i) -> Item, load(g) -> InVec,
+// Functor interface (see ops/item_param_op.h): kVec, InVec, item(i) -> Item, load(g) -> InVec,
 // store(Item, g, InVec) for kVec elements of one item at a kVec-aligned g, one(Item, g).
 #pragma once
 

@@ -7,7 +7,8 @@
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/kernel_profiles.h"
 #include "octopus/core/metadata.h"
-#include "octopus/ops/affine_args.h"
+#include "octopus/ops/item_param_args.h"
+#include "octopus/ops/item_param_fns.h"
 
 namespace octopus {
 namespace {
@@ -19,10 +20,11 @@ at::Tensor affine_cuda(const at::Tensor& values, const at::Tensor& offsets, cons
   // Checking the offsets' contents reads them on the host; that cannot happen while a
   // CUDA graph is being captured (the capture's warm-up run has checked them).
   const bool validate_contents = validate && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-  AffineArgs a = prepare_affine(values, offsets, scale, bias, strategy, block_elems, validate_contents);
+  ItemParamArgs a =
+      prepare_item_params(values, offsets, scale, bias, "scale", "bias", strategy, block_elems, validate_contents);
   const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.values.numel(), a.block_elems,
                                        build_plan_cuda);
-  with_affine_op(a, [&](const auto& op) {
+  with_item_param_op<AffineFn>(a, [&](const auto& op) {
     cuda::run_ragged_cuda(op, a.strategy, a.offsets, a.values.numel(), a.block_elems, meta);
   });
   return a.out;
@@ -31,7 +33,7 @@ at::Tensor affine_cuda(const at::Tensor& values, const at::Tensor& offsets, cons
 // Lease kind "octopus.affine" for the StreamScheduler: float32 per-item affine with the
 // default plan, a block per kWarpsPerBlock plan blocks of the default size.
 const KernelProfileRegistration affine_profile("octopus.affine", [] {
-  return scheduler::KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, AffineOp<float, float, float, false>>(),
+  return scheduler::KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, ItemParamOp<float, float, float, false, AffineFn>>(),
                                   int64_t{cuda::kWarpsPerBlock} * kDefaultBlockElems};
 });
 

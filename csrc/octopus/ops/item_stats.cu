@@ -153,7 +153,7 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kUnroll = sizeof(T) >= 4 ? 2 : 1;  // 16-byte vectors: 4 to 16 elements each
+    constexpr int kUnroll = sizeof(T) >= 4 ? 4 : 2;  // 16-byte vectors: 4 to 16 elements each
     const int64_t max_units = p.size(0) - 1;
     if (max_units > 0 && a.values.numel() > 0) {
       const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,

@@ -8,6 +8,7 @@
 
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/metadata.h"
+#include "octopus/core/vec.h"
 #include "octopus/ops/padding.h"
 
 namespace octopus {
@@ -19,7 +20,7 @@ bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c1
 
 // A task is kRowChunk elements of one output row or, for narrower rows, several whole
 // rows: the row's item and coordinates are divided out once per task, then stepped.
-template <typename T>
+template <typename T, bool kVectorRows, int V = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads) to_padded_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                                    const int64_t* __restrict__ offsets,
                                                                    const int64_t* __restrict__ sizes, int64_t num_values,
@@ -55,13 +56,20 @@ __global__ void __launch_bounds__(cuda::kThreads) to_padded_kernel(const T* __re
         item_stride *= item_e;
       }
       const int64_t valid = inside ? min(width, __ldg(sizes + i * dims + dims - 1)) : 0;
-      const int64_t copy_end = min(x1, max(x0, valid));
       const int64_t readable = num_values - src;  // never read past the values, whatever the offsets say
       T* dst = out + row * width;
+      auto at = [&](int64_t x) { return x < valid && x < readable ? in[src + x] : pad; };
+      if constexpr (kVectorRows) {  // 16-byte stores; the reads stay single (items start anywhere)
+        for (int64_t x = x0 + int64_t{lane} * V; x < x1; x += int64_t{32} * V) {
+          Vec<T, V> v;
+#pragma unroll
+          for (int k = 0; k < V; ++k) v.v[k] = at(x + k);
+          *reinterpret_cast<Vec<T, V>*>(dst + x) = v;
+        }
+      } else {
 #pragma unroll 4
-      for (int64_t x = x0 + lane; x < copy_end; x += 32) dst[x] = x < readable ? in[src + x] : pad;
-#pragma unroll 4
-      for (int64_t x = copy_end + lane; x < x1; x += 32) dst[x] = pad;
+        for (int64_t x = x0 + lane; x < x1; x += 32) dst[x] = at(x);
+      }
       // The next row: step the leading coordinates, and the item when they wrap.
       int d = dims - 2;
       for (; d >= 0; --d) {
@@ -87,10 +95,19 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
                                            (tasks + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock);
   dispatch_copy_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    to_padded_kernel<T><<<static_cast<unsigned>(blocks), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        a.values.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), a.sizes.data_ptr<int64_t>(),
-        a.values.numel(), a.slot, total_rows, rows_per_task, chunks_per_row, tasks, static_cast<T>(pad_value));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    // Rows of whole 16-byte vectors (the output is 16-byte aligned) are stored a vector at a time.
+    const bool vector_rows = width % (16 / sizeof(T)) == 0;
+    auto launch = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(blocks), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          a.values.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), a.sizes.data_ptr<int64_t>(),
+          a.values.numel(), a.slot, total_rows, rows_per_task, chunks_per_row, tasks, static_cast<T>(pad_value));
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    if (vector_rows) {
+      launch(to_padded_kernel<T, true>);
+    } else {
+      launch(to_padded_kernel<T, false>);
+    }
   });
   return a.out;
 }

@@ -1,7 +1,9 @@
-// The per-item affine functor: out[g] = values[g] * scale[item] + bias[item], with
-// scale/bias per item ([M]) or per item and channel ([M, C], each item being C equal
-// contiguous planes, as [C, H, W] images are). Run by the generic drivers
-// (core/driver_cpu.h, core/driver_cuda.cuh); it knows nothing of how items are found.
+// The functor of every element-wise op with two per-item parameters:
+// out[g] = Fn::apply(values[g], a[item], b[item]), with a/b per item ([M]) or per item and
+// channel ([M, C], each item being C equal contiguous planes, as [C, H, W] images are).
+// Affine (x * scale + bias), clamp, threshold and power are its Fn's (ops/item_param_fns.h).
+// Run by the generic drivers (core/driver_cpu.h, core/driver_cuda.cuh); it knows nothing of
+// how items are found.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,8 @@
 
 namespace octopus {
 
-template <typename in_t, typename out_t, typename acc_t, bool kPerChannel>
-struct AffineOp {
+template <typename in_t, typename out_t, typename acc_t, bool kPerChannel, class Fn>
+struct ItemParamOp {
   static constexpr int kVec = 16 / sizeof(in_t);
   // Vectors in flight per lane, chosen from the compiler's register report (sm_90, 64
   // registers): the per-item forms do not spill; uint8 widens to 64 output bytes per
@@ -23,7 +25,7 @@ struct AffineOp {
 
   const in_t* __restrict__ in;
   out_t* __restrict__ out;
-  const acc_t* __restrict__ scale;
+  const acc_t* __restrict__ scale;  // the parameters a and b (affine's scale and bias)
   const acc_t* __restrict__ bias;
   const int64_t* __restrict__ offsets;
   int64_t num_values;
@@ -70,11 +72,11 @@ struct AffineOp {
           ++c;
           next += it.plane;
         }
-        r.v[k] = static_cast<out_t>(static_cast<acc_t>(x.v[k]) * it.scales[c] + it.biases[c]);
+        r.v[k] = static_cast<out_t>(Fn::apply(static_cast<acc_t>(x.v[k]), it.scales[c], it.biases[c]));
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) r.v[k] = static_cast<out_t>(static_cast<acc_t>(x.v[k]) * it.scale + it.bias);
+      for (int k = 0; k < kVec; ++k) r.v[k] = static_cast<out_t>(Fn::apply(static_cast<acc_t>(x.v[k]), it.scale, it.bias));
     }
     *reinterpret_cast<OutVec*>(out + g) = r;
   }
@@ -84,9 +86,9 @@ struct AffineOp {
     const acc_t x = static_cast<acc_t>(in[g]);
     if constexpr (kPerChannel) {
       const int64_t c = channel_of(it, g);
-      out[g] = static_cast<out_t>(x * it.scales[c] + it.biases[c]);
+      out[g] = static_cast<out_t>(Fn::apply(x, it.scales[c], it.biases[c]));
     } else {
-      out[g] = static_cast<out_t>(x * it.scale + it.bias);
+      out[g] = static_cast<out_t>(Fn::apply(x, it.scale, it.bias));
     }
   }
 
