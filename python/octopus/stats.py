@@ -12,6 +12,12 @@ from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
 
+# Plan blocks of the statistics pass: each block ends in a warp reduction and four atomics,
+# so larger blocks than the element-wise ops' pay (measured on an H100: 1.01 ms at 16384 vs
+# 1.33 ms at 4096 for 10K items of 30K-80K fp32 elements).
+STATS_BLOCK_ELEMS = 16384
+
+
 class ItemStats(NamedTuple):
     """Statistics of every item (``[M]``) or item and channel (``[M, C]``), float64."""
 
@@ -35,6 +41,7 @@ def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
     Bessel's correction of the variance (1: unbiased, as ``torch.var``; 0: population).
     Empty items: count and sum 0, the rest NaN; an item of n <= correction elements has NaN
     variance. sum, mean, var and std are differentiable with respect to the values.
+    ``block_elems`` (default 16384) sizes the plan blocks of the pass.
     """
     if not isinstance(batch, RaggedBatch):
         raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
@@ -49,7 +56,7 @@ def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
             i = int(bad[0, 0])
             raise ValueError(f"channels={channels}: item {i} has {int(lengths[i])} elements, which do not split into "
                              f"{channels} equal planes ({bad.shape[0]} items do not)")
-    block = resolve_block_elems(block_elems)
+    block = resolve_block_elems(block_elems or STATS_BLOCK_ELEMS)
     plan = batch.plan(block) if batch.device.type == "cuda" else None
     raw = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, block, plan, False)
     planes = raw.shape[1]

@@ -149,19 +149,21 @@ def forget() -> None:
 
 
 def _probe_batches(device: torch.device):
-    """Two probes: memory-bound (fp32 items of 3K-8K elements, ~4x the L2 on a GPU) and
-    location-bound (items of 16-256 elements: finding the item costs as much as the bytes)."""
+    """Two probes: memory-bound (fp32 items of 3K-8K elements, 16x the L2 on a GPU: large
+    enough that the block size's effect on streaming shows) and location-bound (items of
+    16-256 elements, 4x the L2: finding the item costs as much as moving the bytes)."""
     from .ragged import RaggedBatch
     if device.type == "cuda":
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
-        target = max(4 * l2 // 4, 1 << 22)  # elements of fp32 input: 4x the L2 in bytes
+        l2_elems = max(l2 // 4, 1 << 20)  # fp32 elements that fill the L2
+        targets = {"memory_bound": 16 * l2_elems, "location_bound": 4 * l2_elems}
     else:
-        target = 1 << 20
+        targets = {"memory_bound": 1 << 20, "location_bound": 1 << 20}
     g = torch.Generator().manual_seed(0)
     values_g = torch.Generator(device=device).manual_seed(0)
     batches = {}
     for name, (lo, hi) in (("memory_bound", (3_000, 8_000)), ("location_bound", (16, 256))):
-        items = max(1, target // ((lo + hi) // 2))
+        items = max(1, targets[name] // ((lo + hi) // 2))
         lengths = torch.randint(lo, hi + 1, (items,), generator=g)
         offsets = torch.zeros(items + 1, dtype=torch.int64)
         offsets[1:] = lengths.cumsum(0)
