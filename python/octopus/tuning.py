@@ -172,27 +172,6 @@ def _probe_batches(device: torch.device):
     return batches
 
 
-def _time_ms(fn, device: torch.device, repeats: int) -> float:
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(repeats):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    else:
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return sorted(times)[len(times) // 2]
-
-
 def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]] = None,
              block_sizes: Optional[List[int]] = None, repeats: int = 9) -> TunedChoice:
     """Measures the strategies and block sizes on ``device`` (default: the current CUDA
@@ -220,6 +199,7 @@ def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]
     for s in strategies:
         check_strategy(s)
     block_sizes = list(block_sizes or CANDIDATE_BLOCK_ELEMS)
+    from .bench.timing import median_ms
     t0 = time.perf_counter()
     probe_ms: Dict[str, Dict[str, float]] = {}
     for probe, batch in _probe_batches(device).items():
@@ -235,7 +215,7 @@ def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]
                     elif s == "lookup":
                         meta = torch.ops.octopus.lookup_table(batch.offsets, batch.numel())
                     return torch.ops.octopus.affine(batch.values, batch.offsets, scale, bias, s, b, meta, False)
-                probe_ms[probe][f"{s}:{b}"] = _time_ms(one_pass, device, repeats)
+                probe_ms[probe][f"{s}:{b}"] = median_ms(one_pass, device, warmup=1, repeats=repeats)
     scores = {}
     for probe, times in probe_ms.items():
         best = min(times.values())

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 namespace octopus {
 
@@ -38,6 +39,25 @@ void dispatch_values_dtype(c10::ScalarType dtype, F&& f) {
     case c10::kByte: return f(uint8_t{});
     default:
       TORCH_CHECK_TYPE(false, "values must be float32, float64, float16, bfloat16 or uint8, got ", dtype);
+  }
+}
+
+// Calls f(T{}) for any dtype an op that only moves values accepts (the conversions between
+// ragged and padded): the element-wise dtypes, int32, int64 and bool.
+template <class F>
+void dispatch_copy_dtype(c10::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case c10::kInt: return f(int32_t{});
+    case c10::kLong: return f(int64_t{});
+    case c10::kBool: return f(bool{});
+    case c10::kFloat:
+    case c10::kDouble:
+    case c10::kHalf:
+    case c10::kBFloat16:
+    case c10::kByte: return dispatch_values_dtype(dtype, std::forward<F>(f));
+    default:
+      TORCH_CHECK_TYPE(false, "values must be float32, float64, float16, bfloat16, uint8, int32, int64 or bool, got ",
+                       dtype);
   }
 }
 

@@ -128,22 +128,4 @@ PaddingArgs prepare_from_padded(const at::Tensor& padded, const at::Tensor& offs
                                 int64_t num_values, c10::string_view strategy, int64_t block_elems,
                                 bool validate_contents, bool check_fit);
 
-// Calls f(T{}) for any dtype the conversions move (they do no arithmetic).
-template <class F>
-void dispatch_copy_dtype(c10::ScalarType dtype, F&& f) {
-  switch (dtype) {
-    case c10::kFloat: return f(float{});
-    case c10::kDouble: return f(double{});
-    case c10::kHalf: return f(c10::Half{});
-    case c10::kBFloat16: return f(c10::BFloat16{});
-    case c10::kByte: return f(uint8_t{});
-    case c10::kInt: return f(int32_t{});
-    case c10::kLong: return f(int64_t{});
-    case c10::kBool: return f(bool{});
-    default:
-      TORCH_CHECK_TYPE(false, "values must be float32, float64, float16, bfloat16, uint8, int32, int64 or bool, got ",
-                       dtype);
-  }
-}
-
 }  // namespace octopus
