@@ -193,3 +193,31 @@ def _pointwise_backward(ctx, grad):
 
 
 torch.library.register_autograd("octopus::pointwise", _pointwise_backward, setup_context=_pointwise_setup_context)
+
+
+@torch.library.register_fake("octopus::crop_resize")
+def _crop_resize_fake(values, offsets, sizes, boxes, channels, out_h, out_w, scale=1.0, mean=None, std=None,
+                      validate=True):
+    torch._check(boxes.dim() == 2 and boxes.shape[1] == 5, lambda: "boxes must be [K, 5]")
+    return values.new_empty((boxes.shape[0], channels, out_h, out_w), dtype=_out_dtype(values.dtype))
+
+
+@torch.library.register_fake("octopus::crop_resize_backward")
+def _crop_resize_backward_fake(grad, values, offsets, sizes, boxes, scale=1.0, std=None):
+    return torch.empty_like(values)
+
+
+def _crop_resize_setup_context(ctx, inputs, output):
+    values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std, validate = inputs
+    ctx.scale = scale
+    ctx.save_for_backward(values, offsets, sizes, boxes, std)
+
+
+def _crop_resize_backward(ctx, grad):
+    values, offsets, sizes, boxes, std = ctx.saved_tensors
+    grad_values = torch.ops.octopus.crop_resize_backward(grad.contiguous(), values, offsets, sizes, boxes, ctx.scale,
+                                                         std)
+    return grad_values, None, None, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::crop_resize", _crop_resize_backward, setup_context=_crop_resize_setup_context)

@@ -5,7 +5,7 @@ memory and energy. Prints a table, writes every raw measurement as JSON and plot
 
 Workloads: ``affine`` (per-item scale and bias), ``normalize`` (per-item mean/std
 normalization), ``padding`` (ragged -> padded -> ragged), each over item-size distributions,
-and ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
+``crop_resize`` (1000 long-tail crops of a 1080p frame to 224x224) and ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
 On a machine without a GPU the CPU kernels run on batches 1000x smaller.
 """
 
@@ -26,7 +26,7 @@ from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sampl
 from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
 
-WORKLOADS = ("affine", "normalize", "padding", "diffusion")
+WORKLOADS = ("affine", "normalize", "padding", "crop_resize", "diffusion")
 SCALING_ITEMS = (1_000, 10_000, 100_000, 1_000_000)
 CPU_SCALE_DOWN = 1000
 
@@ -178,6 +178,8 @@ def main(argv=None) -> int:
     for workload in ("affine", "normalize", "padding"):
         if workload in args.workloads:
             jobs += [(workload, d) for d in args.dists]
+    if "crop_resize" in args.workloads:
+        jobs.append(("crop_resize", "longtail-crops"))
     if "diffusion" in args.workloads:
         jobs += [("diffusion", s) for s in diffusion.SHAPES]
     scaling_items = [max(1, n // scale_down) for n in SCALING_ITEMS] if args.scaling else []
@@ -201,6 +203,12 @@ def main(argv=None) -> int:
             d2h = _d2h_ms(n, device, args.repeats)
             for r in got:
                 r.update(workload=kind, distribution=what, items=sizes.shape[0], elements=n, d2h_ms=d2h)
+            rows += got
+        elif kind == "crop_resize":
+            got = image_ops.run_crop_resize(measurer, copy_gbs, args.repeats, not args.no_baselines, scale_down)
+            d2h = _d2h_ms(got[0]["elements"], device, args.repeats)
+            for r in got:
+                r.update(workload=kind, distribution=what, d2h_ms=d2h)
             rows += got
         elif kind == "diffusion":
             got = diffusion.run(measurer, [what], args.steps, args.repeats, copy_gbs, scale_down)

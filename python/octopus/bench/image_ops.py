@@ -1,12 +1,15 @@
-"""The normalize and padding workloads of ``octopus-bench``: per-item instance
-normalization, and ragged -> padded -> ragged, each beside what a PyTorch user writes today
-and the memory floor (the bytes the op must move, at the measured copy bandwidth)."""
+"""The normalize, padding and crop_resize workloads of ``octopus-bench``: per-item instance
+normalization, ragged -> padded -> ragged, and crops of a frame resized to a fixed size, each
+beside what a PyTorch user writes today and the memory floor (the bytes the op must move, at
+the measured copy bandwidth)."""
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List
 
 import torch
+import torch.nn.functional as F
 
 import octopus
 
@@ -138,3 +141,49 @@ def run_padding(sizes: torch.Tensor, measurer: Measurer, copy_gbs: float, repeat
         row("torch per-item loop", None, note=f"skipped: {m} items (run only up to {loop_max_items})")
     del back
     return rows
+
+
+def run_crop_resize(measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool, scale_down: int,
+                    crops: int = 1000, size: int = 224) -> List[Dict]:
+    """``crops`` long-tail boxes (log-normal around 45x50) from one 3x1080x1920 fp32 frame,
+    each resized to 3 x size x size; the floor is writing the output at copy bandwidth."""
+    device = measurer.device
+    crops = max(10, crops // scale_down)
+    g = torch.Generator().manual_seed(0)
+    frame = torch.rand(1, 3, 1080, 1920, generator=g).to(device)
+    h = torch.exp(torch.randn(crops, generator=g) * 0.6 + math.log(45)).round().clamp(2, 1080).long()
+    w = torch.exp(torch.randn(crops, generator=g) * 0.6 + math.log(50)).round().clamp(2, 1920).long()
+    y0 = (torch.rand(crops, generator=g) * (1080 - h + 1)).long()
+    x0 = (torch.rand(crops, generator=g) * (1920 - w + 1)).long()
+    boxes = torch.stack([torch.zeros_like(h), y0, x0, y0 + h, x0 + w], dim=1).to(device)
+    out_bytes = crops * 3 * size * size * 4
+    rows, row, floor = _rows(copy_gbs, out_bytes)
+    row("memory floor (output write)", floor, note=f"{crops} crops to 3x{size}x{size}")
+    octo = measurer.measure(lambda: octopus.crop_resize(frame, boxes, size, validate=False), repeats=repeats)
+    row("octopus crop_resize", octo)
+    if baselines:
+        _crop_resize_baselines(frame, boxes, size, octopus.crop_resize(frame, boxes, size), measurer, repeats, row)
+    for r in rows:
+        r.update(items=crops, elements=crops * 3 * size * size)
+    return rows
+
+
+def _crop_resize_baselines(frame, boxes, size, got, measurer: Measurer, repeats: int, row) -> None:
+    box_list = boxes.tolist()
+    out = torch.empty_like(got)
+
+    def loop():
+        for k, (_, a, b, c, d) in enumerate(box_list):
+            out[k] = F.interpolate(frame[:, :, a:c, b:d], size=(size, size), mode="bilinear", align_corners=False)[0]
+
+    row("torch F.interpolate per crop", measurer.measure(loop, warmup=1, repeats=3))
+    torch.testing.assert_close(out, got, rtol=1e-5, atol=1e-5)
+    try:
+        from torchvision.ops import roi_align
+    except ImportError:
+        row("torchvision roi_align", None, note="torchvision is not installed")
+        return
+    rois = torch.cat([boxes[:, :1], boxes[:, [2, 1, 4, 3]]], dim=1).float()  # (image, x0, y0, x1, y1)
+    row("torchvision roi_align", measurer.measure(
+        lambda: roi_align(frame, rois, (size, size), spatial_scale=1.0, sampling_ratio=2, aligned=True),
+        repeats=repeats), note="not the same function: averages sampling points per bin")

@@ -1,0 +1,120 @@
+// octopus::crop_resize and its backward — CUDA kernels: a thread per output element
+// (consecutive threads along an output row, so stores coalesce and the four source taps of
+// neighbouring threads share cache lines). The backward adds into the source with atomics.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/dtypes.h"
+#include "octopus/ops/crop_resize.h"
+
+namespace octopus {
+namespace {
+
+template <typename T>
+__global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
+    const T* __restrict__ in, out_type<T>* __restrict__ out, const int64_t* __restrict__ offsets,
+    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t total,
+    int64_t channels, int64_t out_h, int64_t out_w, acc_type<T> scale, const acc_type<T>* __restrict__ mean,
+    const acc_type<T>* __restrict__ std) {
+  using acc_t = acc_type<T>;
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t ox = e % out_w, row = e / out_w;
+    const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
+    const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
+    const BilinearTap ty = bilinear_tap(oy, out_h, b.h), tx = bilinear_tap(ox, out_w, b.w);
+    const T* src = in + b.base + c * b.plane + b.y0 * b.width + b.x0;
+    auto at = [&](int64_t y, int64_t x) { return static_cast<acc_t>(src[y * b.width + x]); };
+    const acc_t wy = ty.w, wx = tx.w;
+    const acc_t v = (1 - wy) * ((1 - wx) * at(ty.i0, tx.i0) + wx * at(ty.i0, tx.i1)) +
+                    wy * ((1 - wx) * at(ty.i1, tx.i0) + wx * at(ty.i1, tx.i1));
+    out[e] = static_cast<out_type<T>>((v * scale - __ldg(mean + c)) / __ldg(std + c));
+  }
+}
+
+template <typename acc_t>
+__global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
+    const acc_t* __restrict__ grad, acc_t* __restrict__ result, const int64_t* __restrict__ offsets,
+    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t total,
+    int64_t channels, int64_t out_h, int64_t out_w, acc_t scale, const acc_t* __restrict__ std) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t ox = e % out_w, row = e / out_w;
+    const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
+    const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
+    const BilinearTap ty = bilinear_tap(oy, out_h, b.h), tx = bilinear_tap(ox, out_w, b.w);
+    acc_t* dst = result + b.base + c * b.plane + b.y0 * b.width + b.x0;
+    const acc_t v = grad[e] * scale / std[c], wy = ty.w, wx = tx.w;
+    atomicAdd(dst + ty.i0 * b.width + tx.i0, (1 - wy) * (1 - wx) * v);
+    atomicAdd(dst + ty.i0 * b.width + tx.i1, (1 - wy) * wx * v);
+    atomicAdd(dst + ty.i1 * b.width + tx.i0, wy * (1 - wx) * v);
+    atomicAdd(dst + ty.i1 * b.width + tx.i1, wy * wx * v);
+  }
+}
+
+int64_t grid_for(int64_t total) {
+  return std::max<int64_t>(1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 16,
+                                                (total + cuda::kThreads - 1) / cuda::kThreads));
+}
+
+bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
+
+at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                            const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w, double scale,
+                            const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
+                            bool validate) {
+  const c10::cuda::CUDAGuard guard(values.device());
+  CropResizeArgs a = prepare_crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std,
+                                         validate && may_sync());
+  a.out = crop_resize_output(a);
+  const int64_t total = a.out.numel();
+  if (total == 0) return a.out;
+  dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    using acc_t = acc_type<T>;
+    crop_resize_kernel<T><<<static_cast<unsigned>(grid_for(total)), cuda::kThreads, 0,
+                            c10::cuda::getCurrentCUDAStream()>>>(
+        a.values.data_ptr<T>(), a.out.data_ptr<out_type<T>>(), a.offsets.data_ptr<int64_t>(),
+        a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, total, channels, out_h,
+        out_w, static_cast<acc_t>(scale), a.mean.data_ptr<acc_t>(), a.std.data_ptr<acc_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return a.out;
+}
+
+at::Tensor crop_resize_backward_cuda(const at::Tensor& grad, const at::Tensor& values, const at::Tensor& offsets,
+                                     const at::Tensor& sizes, const at::Tensor& boxes, double scale,
+                                     const c10::optional<at::Tensor>& std) {
+  const c10::cuda::CUDAGuard guard(values.device());
+  const int64_t channels = grad.size(1), out_h = grad.size(2), out_w = grad.size(3);
+  CropResizeArgs a = prepare_crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, scale,
+                                         c10::nullopt, std, false);
+  const at::ScalarType acc = param_dtype_for(values.scalar_type());
+  const at::Tensor g = grad.to(acc).contiguous();
+  at::Tensor result = at::zeros({values.numel()}, values.options().dtype(acc));
+  const int64_t total = g.numel();
+  if (total > 0) {
+    AT_DISPATCH_FLOATING_TYPES(acc, "crop_resize_backward_cuda", [&] {
+      crop_resize_backward_kernel<scalar_t><<<static_cast<unsigned>(grid_for(total)), cuda::kThreads, 0,
+                                              c10::cuda::getCurrentCUDAStream()>>>(
+          g.data_ptr<scalar_t>(), result.data_ptr<scalar_t>(), a.offsets.data_ptr<int64_t>(),
+          a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, total, channels, out_h,
+          out_w, static_cast<scalar_t>(scale), a.std.data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  return result.to(values.scalar_type());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(octopus, CUDA, m) {
+  m.impl("crop_resize", &crop_resize_cuda);
+  m.impl("crop_resize_backward", &crop_resize_backward_cuda);
+}
+
+}  // namespace octopus

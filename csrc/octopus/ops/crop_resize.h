@@ -1,0 +1,75 @@
+// Crop + bilinear resize of boxes from a batch of [C, H, W] images (packed ragged, or a dense
+// [N, C, H, W] batch seen as one) to a fixed [C, out_h, out_w] each, optionally scaled and
+// normalized per channel: out = (bilinear(crop) * scale - mean[c]) / std[c].
+//
+// A box is (image, y0, x0, y1, x1): the crop image[:, y0:y1, x0:x1] (integers, end
+// exclusive). The sampling is torch's upsample_bilinear2d with align_corners=False and no
+// antialiasing, so each output equals F.interpolate(crop[None], (out_h, out_w),
+// mode="bilinear", align_corners=False) of that crop. Every output element is computed on
+// its own (a dense output, no item locator): element -> (box, channel, oy, ox).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+
+#include "octopus/core/plan.h"
+
+namespace octopus {
+
+// Where one output coordinate samples the crop: rows/cols i0 and i1 = i0 + (i0 < n - 1),
+// weight w of i1 (1 - w of i0).
+struct BilinearTap {
+  int64_t i0, i1;
+  float w;
+};
+
+OCTOPUS_HD BilinearTap bilinear_tap(int64_t out_index, int64_t out_size, int64_t in_size) {
+  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+  float src = (static_cast<float>(out_index) + 0.5f) * scale - 0.5f;
+  src = src < 0.f ? 0.f : src;
+  int64_t i0 = static_cast<int64_t>(src);
+  if (i0 > in_size - 1) i0 = in_size - 1;
+  const int64_t i1 = i0 + (i0 < in_size - 1 ? 1 : 0);
+  return {i0, i1, src - static_cast<float>(i0)};
+}
+
+// One box as read from `boxes` [K, 5] int64, clamped so that unvalidated input never reads
+// outside its image (a degenerate box samples one edge pixel).
+struct CropBox {
+  int64_t base;     // first element of the image's channel 0
+  int64_t plane;    // H * W of the image
+  int64_t width;    // W of the image
+  int64_t y0, x0, h, w;
+};
+
+OCTOPUS_HD CropBox crop_box(const int64_t* boxes, int64_t k, const int64_t* offsets, const int64_t* sizes,
+                            int64_t num_images) {
+  const int64_t* b = boxes + 5 * k;
+  int64_t image = b[0] < 0 ? 0 : (b[0] >= num_images ? num_images - 1 : b[0]);
+  const int64_t H = sizes[3 * image + 1] > 0 ? sizes[3 * image + 1] : 1;
+  const int64_t W = sizes[3 * image + 2] > 0 ? sizes[3 * image + 2] : 1;
+  auto clamp = [](int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : (v > hi ? hi : v); };
+  const int64_t y0 = clamp(b[1], 0, H - 1), x0 = clamp(b[2], 0, W - 1);
+  const int64_t y1 = clamp(b[3], y0 + 1, H), x1 = clamp(b[4], x0 + 1, W);
+  return {offsets[image], H * W, W, y0, x0, y1 - y0, x1 - x0};
+}
+
+struct CropResizeArgs {
+  at::Tensor values, offsets, sizes, boxes, mean, std, out;
+  int64_t channels, out_h, out_w;
+  double scale;
+};
+
+// Checks the arguments (box contents too when validate_contents: one host copy); `out` is
+// left for the forward pass to allocate (crop_resize_output).
+CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                                   const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w,
+                                   double scale, const c10::optional<at::Tensor>& mean,
+                                   const c10::optional<at::Tensor>& std, bool validate_contents);
+
+// The [K, C, out_h, out_w] output: the values' dtype, float32 for uint8.
+at::Tensor crop_resize_output(const CropResizeArgs& a);
+
+}  // namespace octopus
