@@ -1,6 +1,5 @@
-// octopus::crop_resize and its backward — CUDA kernels: a thread per output element
-// (consecutive threads along an output row, so stores coalesce and the four source taps of
-// neighbouring threads share cache lines). The backward adds into the source with atomics.
+// octopus::crop_resize and its backward — CUDA kernels, a warp per output row. The backward
+// adds into the source with atomics (crops may overlap).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -14,51 +13,76 @@
 namespace octopus {
 namespace {
 
+// A warp per output row (box, channel, oy): the row's box and vertical tap are worked out
+// once, then the lanes walk the row (consecutive lanes, consecutive outputs: coalesced
+// stores, and neighbouring lanes read the same source lines).
+struct CropRow {
+  CropBox box;
+  BilinearTap ty;
+  int64_t c;
+};
+
+__device__ __forceinline__ CropRow crop_row(int64_t row, const int64_t* __restrict__ boxes,
+                                            const int64_t* __restrict__ offsets, const int64_t* __restrict__ sizes,
+                                            int64_t num_images, int64_t channels, int64_t out_h) {
+  const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
+  const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
+  return {b, bilinear_tap(oy, out_h, b.h), c};
+}
+
 template <typename T>
 __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
     const T* __restrict__ in, out_type<T>* __restrict__ out, const int64_t* __restrict__ offsets,
-    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t total,
+    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t rows,
     int64_t channels, int64_t out_h, int64_t out_w, acc_type<T> scale, const acc_type<T>* __restrict__ mean,
     const acc_type<T>* __restrict__ std) {
   using acc_t = acc_type<T>;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
-    const int64_t ox = e % out_w, row = e / out_w;
-    const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
-    const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
-    const BilinearTap ty = bilinear_tap(oy, out_h, b.h), tx = bilinear_tap(ox, out_w, b.w);
-    const T* src = in + b.base + c * b.plane + b.y0 * b.width + b.x0;
-    auto at = [&](int64_t y, int64_t x) { return static_cast<acc_t>(src[y * b.width + x]); };
-    const acc_t wy = ty.w, wx = tx.w;
-    const acc_t v = (1 - wy) * ((1 - wx) * at(ty.i0, tx.i0) + wx * at(ty.i0, tx.i1)) +
-                    wy * ((1 - wx) * at(ty.i1, tx.i0) + wx * at(ty.i1, tx.i1));
-    out[e] = static_cast<out_type<T>>((v * scale - __ldg(mean + c)) / __ldg(std + c));
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
+  for (int64_t row = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; row < rows; row += warps) {
+    const CropRow r = crop_row(row, boxes, offsets, sizes, num_images, channels, out_h);
+    const CropBox& b = r.box;
+    const T* line0 = in + b.base + r.c * b.plane + (b.y0 + r.ty.i0) * b.width + b.x0;
+    const T* line1 = in + b.base + r.c * b.plane + (b.y0 + r.ty.i1) * b.width + b.x0;
+    const acc_t wy = r.ty.w, m = __ldg(mean + r.c), inv_sd = acc_t(1) / __ldg(std + r.c);
+    out_type<T>* dst = out + row * out_w;
+    for (int64_t ox = lane; ox < out_w; ox += 32) {
+      const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
+      const acc_t wx = tx.w;
+      const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
+      const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
+      dst[ox] = static_cast<out_type<T>>(((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
+    }
   }
 }
 
 template <typename acc_t>
 __global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
     const acc_t* __restrict__ grad, acc_t* __restrict__ result, const int64_t* __restrict__ offsets,
-    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t total,
+    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t rows,
     int64_t channels, int64_t out_h, int64_t out_w, acc_t scale, const acc_t* __restrict__ std) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += stride) {
-    const int64_t ox = e % out_w, row = e / out_w;
-    const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
-    const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
-    const BilinearTap ty = bilinear_tap(oy, out_h, b.h), tx = bilinear_tap(ox, out_w, b.w);
-    acc_t* dst = result + b.base + c * b.plane + b.y0 * b.width + b.x0;
-    const acc_t v = grad[e] * scale / std[c], wy = ty.w, wx = tx.w;
-    atomicAdd(dst + ty.i0 * b.width + tx.i0, (1 - wy) * (1 - wx) * v);
-    atomicAdd(dst + ty.i0 * b.width + tx.i1, (1 - wy) * wx * v);
-    atomicAdd(dst + ty.i1 * b.width + tx.i0, wy * (1 - wx) * v);
-    atomicAdd(dst + ty.i1 * b.width + tx.i1, wy * wx * v);
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
+  for (int64_t row = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; row < rows; row += warps) {
+    const CropRow r = crop_row(row, boxes, offsets, sizes, num_images, channels, out_h);
+    const CropBox& b = r.box;
+    acc_t* line0 = result + b.base + r.c * b.plane + (b.y0 + r.ty.i0) * b.width + b.x0;
+    acc_t* line1 = result + b.base + r.c * b.plane + (b.y0 + r.ty.i1) * b.width + b.x0;
+    const acc_t wy = r.ty.w, f = scale / std[r.c];
+    for (int64_t ox = lane; ox < out_w; ox += 32) {
+      const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
+      const acc_t v = grad[row * out_w + ox] * f, wx = tx.w;
+      atomicAdd(line0 + tx.i0, (1 - wy) * (1 - wx) * v);
+      atomicAdd(line0 + tx.i1, (1 - wy) * wx * v);
+      atomicAdd(line1 + tx.i0, wy * (1 - wx) * v);
+      atomicAdd(line1 + tx.i1, wy * wx * v);
+    }
   }
 }
 
-int64_t grid_for(int64_t total) {
+int64_t grid_for(int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 16,
-                                                (total + cuda::kThreads - 1) / cuda::kThreads));
+                                                (rows + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock));
 }
 
 bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
@@ -71,15 +95,15 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
   CropResizeArgs a = prepare_crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std,
                                          validate && may_sync());
   a.out = crop_resize_output(a);
-  const int64_t total = a.out.numel();
-  if (total == 0) return a.out;
+  const int64_t rows = a.out.numel() / out_w;
+  if (rows == 0) return a.out;
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     using acc_t = acc_type<T>;
-    crop_resize_kernel<T><<<static_cast<unsigned>(grid_for(total)), cuda::kThreads, 0,
+    crop_resize_kernel<T><<<static_cast<unsigned>(grid_for(rows)), cuda::kThreads, 0,
                             c10::cuda::getCurrentCUDAStream()>>>(
         a.values.data_ptr<T>(), a.out.data_ptr<out_type<T>>(), a.offsets.data_ptr<int64_t>(),
-        a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, total, channels, out_h,
+        a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, rows, channels, out_h,
         out_w, static_cast<acc_t>(scale), a.mean.data_ptr<acc_t>(), a.std.data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
@@ -96,13 +120,13 @@ at::Tensor crop_resize_backward_cuda(const at::Tensor& grad, const at::Tensor& v
   const at::ScalarType acc = param_dtype_for(values.scalar_type());
   const at::Tensor g = grad.to(acc).contiguous();
   at::Tensor result = at::zeros({values.numel()}, values.options().dtype(acc));
-  const int64_t total = g.numel();
-  if (total > 0) {
+  const int64_t rows = g.numel() / out_w;
+  if (rows > 0) {
     AT_DISPATCH_FLOATING_TYPES(acc, "crop_resize_backward_cuda", [&] {
-      crop_resize_backward_kernel<scalar_t><<<static_cast<unsigned>(grid_for(total)), cuda::kThreads, 0,
+      crop_resize_backward_kernel<scalar_t><<<static_cast<unsigned>(grid_for(rows)), cuda::kThreads, 0,
                                               c10::cuda::getCurrentCUDAStream()>>>(
           g.data_ptr<scalar_t>(), result.data_ptr<scalar_t>(), a.offsets.data_ptr<int64_t>(),
-          a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, total, channels, out_h,
+          a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, rows, channels, out_h,
           out_w, static_cast<scalar_t>(scale), a.std.data_ptr<scalar_t>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
