@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
       const acc_t wx = tx.w;
       const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
       const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
-      dst[ox] = static_cast<out_type<T>>(((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
+      dst[ox] = static_cast<out_type<T>>((((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
     }
   }
 }
