@@ -9,6 +9,7 @@ leases CUDA streams to many callers sharing GPUs.
 from . import _registrations  # noqa: F401  (fake + autograd registrations)
 from ._library import built_with_cuda
 from .tuning import TunedChoice, autotune
+from .filters import box_blur, depthwise_conv3x3, gaussian_blur, stencil3x3
 from .geometry import crop_resize
 from .ops import affine, clamp, from_padded, plan, plan_blocks, power, threshold, to_padded
 from .ragged import RaggedBatch
@@ -19,7 +20,7 @@ from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 __version__ = "0.1.0"
 
 __all__ = [
-    "RaggedBatch", "affine", "crop_resize", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
+    "RaggedBatch", "affine", "crop_resize", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
     "StreamScheduler", "Lease", "LeaseTimeout", "ReleaseEvent",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

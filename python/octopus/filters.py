@@ -1,0 +1,95 @@
+"""3x3 stencils on ragged batches of images: box and Gaussian blur, and depthwise 3x3
+convolution, each item with its own borders, in one launch over the whole batch."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+from . import _registrations, tuning  # noqa: F401
+from .ragged import RaggedBatch
+from .strategies import check_strategy, resolve_block_elems
+
+BORDERS = ("replicate", "zero")
+_BOX = [1.0 / 9] * 9
+_GAUSSIAN = [v / 16.0 for v in (1, 2, 1, 2, 4, 2, 1, 2, 1)]
+
+WeightLike = Union[torch.Tensor, Sequence[float]]
+
+
+def _channels(batch: RaggedBatch) -> int:
+    """C of [C, H, W] items (every item must have the same), 1 for [H, W] items."""
+    if batch.item_dim == 2:
+        return 1
+    if batch.item_dim != 3:
+        raise ValueError(f"items must be [H, W] or [C, H, W], got {batch.item_dim}-D items")
+    sizes = batch.host_layout()[1]
+    if len(batch) == 0:
+        return 1
+    channels = int(sizes[0, 0])
+    wrong = (sizes[:, 0] != channels).nonzero()
+    if wrong.numel():
+        i = int(wrong[0, 0])
+        raise ValueError(f"every item must have the same number of channels: item 0 has {channels}, "
+                         f"item {i} has {int(sizes[i, 0])}")
+    return channels
+
+
+def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
+               block_elems: Optional[int] = None) -> RaggedBatch:
+    """``out[c, y, x] = sum(weight[c, dy + 1, dx + 1] * item[c, y + dy, x + dx])`` over
+    dy, dx in {-1, 0, 1} for every item of ``batch`` (``[H, W]`` or ``[C, H, W]`` items
+    of any sizes, same C), in one kernel launch. This is ``F.conv2d`` with ``groups=C`` on
+    each item padded by one pixel: ``border="replicate"`` repeats the item's edge pixels,
+    ``"zero"`` pads with 0. ``weight`` is ``[3, 3]`` (every channel), ``[C, 3, 3]`` or
+    conv2d's depthwise ``[C, 1, 3, 3]``. Values float32, float64, float16, bfloat16 or
+    uint8 (float32 out); arithmetic in float32 (float64 for float64). Returns a batch of
+    the same layout. Differentiable with respect to the values and the weight.
+    """
+    if not isinstance(batch, RaggedBatch):
+        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    if border not in BORDERS:
+        raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
+    check_strategy(strategy, allow_auto=True)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device)
+    block_elems = resolve_block_elems(block_elems)
+    channels = _channels(batch)
+    dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
+    w = weight if isinstance(weight, torch.Tensor) else torch.as_tensor(weight, dtype=dtype)
+    if not w.is_floating_point():
+        raise TypeError(f"weight must be floating point, got {w.dtype}")
+    shape = tuple(w.shape)
+    if shape == (3, 3) or shape == (9,):
+        w = w.reshape(1, 9).expand(channels, 9)
+    elif shape in ((channels, 3, 3), (channels, 1, 3, 3)):
+        w = w.reshape(channels, 9)
+    else:
+        raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got {list(shape)}")
+    w = w.to(device=batch.device, dtype=dtype).contiguous()
+    out = torch.ops.octopus.stencil3x3(batch.values, batch.offsets, batch.sizes, w, border, strategy, block_elems,
+                                       batch.metadata(strategy, block_elems), False)
+    return batch.with_values(out)
+
+
+def box_blur(batch: RaggedBatch, *, border: str = "replicate", strategy: str = "auto",
+             block_elems: Optional[int] = None) -> RaggedBatch:
+    """The mean of every pixel's 3x3 neighbourhood (see :func:`stencil3x3` for borders)."""
+    return stencil3x3(batch, _BOX, border=border, strategy=strategy, block_elems=block_elems)
+
+
+def gaussian_blur(batch: RaggedBatch, *, border: str = "replicate", strategy: str = "auto",
+                  block_elems: Optional[int] = None) -> RaggedBatch:
+    """3x3 Gaussian blur, the binomial kernel [1 2 1; 2 4 2; 1 2 1] / 16 (see
+    :func:`stencil3x3` for borders)."""
+    return stencil3x3(batch, _GAUSSIAN, border=border, strategy=strategy, block_elems=block_elems)
+
+
+def depthwise_conv3x3(batch: RaggedBatch, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
+                      block_elems: Optional[int] = None) -> RaggedBatch:
+    """Depthwise 3x3 convolution, one kernel per channel (``weight`` ``[C, 3, 3]`` or
+    ``[C, 1, 3, 3]``): ``F.conv2d(item, weight, padding=1, groups=C)`` per item with the
+    default ``border="zero"``. Differentiable with respect to the values and the weight."""
+    if not isinstance(weight, torch.Tensor) or weight.dim() not in (3, 4):
+        raise ValueError("weight must be a [C, 3, 3] or [C, 1, 3, 3] tensor")
+    return stencil3x3(batch, weight, border=border, strategy=strategy, block_elems=block_elems)
