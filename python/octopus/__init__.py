@@ -10,17 +10,18 @@ from . import _registrations  # noqa: F401  (fake + autograd registrations)
 from ._library import built_with_cuda
 from .tuning import TunedChoice, autotune
 from .filters import box_blur, depthwise_conv3x3, gaussian_blur, stencil3x3
-from .geometry import crop_resize
+from .geometry import crop_resize, resize
 from .ops import affine, clamp, from_padded, plan, plan_blocks, power, threshold, to_padded
 from .ragged import RaggedBatch
 from .stats import ItemStats, item_stats, normalize
+from .tiles import TileFilter, tile_filter
 from .scheduler import Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "RaggedBatch", "affine", "crop_resize", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
+    "RaggedBatch", "affine", "crop_resize", "resize", "tile_filter", "TileFilter", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
     "StreamScheduler", "Lease", "LeaseTimeout", "ReleaseEvent",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

@@ -267,3 +267,42 @@ def _stencil3x3_backward(ctx, grad):
 
 
 torch.library.register_autograd("octopus::stencil3x3", _stencil3x3_backward, setup_context=_stencil3x3_setup_context)
+
+
+@torch.library.register_fake("octopus::crop_resize_ragged")
+def _crop_resize_ragged_fake(values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values,
+                             scale=1.0, mean=None, std=None, strategy="plan", block_elems=0, metadata=None,
+                             validate=True):
+    torch._check(out_offsets.shape[0] == boxes.shape[0] + 1, lambda: "out_offsets must have num_boxes + 1 entries")
+    return values.new_empty((num_out_values,), dtype=_out_dtype(values.dtype))
+
+
+@torch.library.register_fake("octopus::crop_resize_ragged_backward")
+def _crop_resize_ragged_backward_fake(grad, values, offsets, sizes, boxes, channels, out_offsets, out_sizes,
+                                      scale=1.0, std=None):
+    return torch.empty_like(values)
+
+
+def _crop_resize_ragged_setup_context(ctx, inputs, output):
+    (values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values, scale, mean, std, strategy,
+     block_elems, metadata, validate) = inputs
+    ctx.channels, ctx.scale = channels, scale
+    ctx.save_for_backward(values, offsets, sizes, boxes, out_offsets, out_sizes, std)
+
+
+def _crop_resize_ragged_backward(ctx, grad):
+    values, offsets, sizes, boxes, out_offsets, out_sizes, std = ctx.saved_tensors
+    grad_values = torch.ops.octopus.crop_resize_ragged_backward(grad.contiguous(), values, offsets, sizes, boxes,
+                                                                ctx.channels, out_offsets, out_sizes, ctx.scale, std)
+    return (grad_values,) + (None,) * 14
+
+
+torch.library.register_autograd("octopus::crop_resize_ragged", _crop_resize_ragged_backward,
+                                setup_context=_crop_resize_ragged_setup_context)
+
+
+@torch.library.register_fake("octopus::tile_stats")
+def _tile_stats_fake(image, tiles, threshold, min_mean, max_mean, min_fraction, max_fraction, validate=True):
+    t = tiles.shape[0]
+    return (image.new_empty((t,), dtype=torch.float64), image.new_empty((t,), dtype=torch.float64),
+            image.new_empty((t,), dtype=torch.bool))

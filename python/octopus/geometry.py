@@ -1,4 +1,5 @@
-"""Geometry on ragged batches: crop + bilinear resize of boxes to a fixed size."""
+"""Geometry on ragged batches: crop + bilinear resize of boxes to a fixed size or to
+per-box sizes, and ragged -> ragged resize."""
 
 from __future__ import annotations
 
@@ -6,49 +7,122 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from . import _registrations  # noqa: F401
+from . import _registrations, tuning  # noqa: F401
 from .ragged import RaggedBatch
+from .strategies import check_strategy, resolve_block_elems
 
-Size = Union[int, Sequence[int]]
+Sizes = Union[int, Sequence[int], Sequence[Sequence[int]], torch.Tensor]
 
 
-def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, size: Size, *, scale: float = 1.0,
-                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
-                validate: bool = True) -> torch.Tensor:
-    """Crops every box out of its image and resizes it bilinearly to ``size``, in one launch.
+def _source_layout(source: Union[RaggedBatch, torch.Tensor]):
+    """(values, offsets, sizes, channels) of a ragged or dense source."""
+    if isinstance(source, RaggedBatch):
+        if source.item_dim != 3:
+            raise ValueError(f"source items must be [C, H, W] images, got {source.item_dim}-D items")
+        host_sizes = source.host_layout()[1]
+        channels = int(host_sizes[0, 0]) if len(source) else 1
+        return source.values, source.offsets, source.sizes.contiguous(), channels
+    if isinstance(source, torch.Tensor):
+        if source.dim() != 4:
+            raise ValueError(f"a dense source must be [N, C, H, W], got shape {tuple(source.shape)}")
+        n, channels, h, w = source.shape
+        offsets = torch.arange(n + 1, dtype=torch.int64, device=source.device) * (channels * h * w)
+        sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=source.device).expand(n, 3).contiguous()
+        return source.contiguous().view(-1), offsets, sizes, channels
+    raise TypeError(f"source must be a RaggedBatch or a [N, C, H, W] tensor, got {type(source).__name__}")
+
+
+def _out_sizes(size, boxes: torch.Tensor) -> torch.Tensor:
+    """[K, 2] host int64 output (h, w) per box: the boxes' own sizes for None."""
+    k = boxes.shape[0]
+    if size is None:
+        b = boxes.cpu()
+        hw = torch.stack([b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]], dim=1)
+        empty = (hw <= 0).any(1).nonzero()
+        if empty.numel():
+            raise ValueError(f"boxes[{int(empty[0, 0])}] = {b[int(empty[0, 0])].tolist()} is empty: "
+                             f"size=None keeps each crop's own size, which must be positive")
+        return hw
+    hw = torch.as_tensor(size, dtype=torch.int64).cpu()
+    if hw.shape != (k, 2):
+        raise ValueError(f"per-box sizes must be [K, 2] = [{k}, 2], got {list(hw.shape)}")
+    if (hw <= 0).any():
+        raise ValueError("per-box sizes must be positive")
+    return hw
+
+
+def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, size: Optional[Sizes], *,
+                scale: float = 1.0, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+                validate: bool = True, strategy: str = "auto",
+                block_elems: Optional[int] = None) -> Union[torch.Tensor, RaggedBatch]:
+    """Crops every box out of its image and resizes it bilinearly, in one launch.
 
     ``source`` is a dense ``[N, C, H, W]`` batch of frames or a :class:`RaggedBatch` of
     ``[C, H, W]`` images of different sizes (same C). ``boxes`` is an int64 ``[K, 5]`` tensor
     of ``(image, y0, x0, y1, x1)``: the crop is ``image[:, y0:y1, x0:x1]`` (end exclusive), and
-    each ``out[k]`` equals ``F.interpolate(crop[None], size, mode="bilinear",
+    its output equals ``F.interpolate(crop[None], (h, w), mode="bilinear",
     align_corners=False)[0]`` (no antialiasing: ``antialias=True`` would differ when
-    shrinking). ``scale``, ``mean`` and ``std`` (one value per channel) normalize on the
-    way out: ``(resized * scale - mean) / std`` — e.g. ``scale=1/255`` and ImageNet's
-    statistics for uint8 frames. Returns ``[K, C, out_h, out_w]`` in the source's dtype
-    (float32 for uint8). With ``validate`` (default) a box outside its image, or of zero
-    size, raises ``ValueError`` (one host copy of the boxes). Differentiable with respect
-    to the source's values.
+    shrinking). ``size`` says the output:
+
+    * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor;
+    * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`;
+    * ``None``: every crop at its own size (an exact copy), a :class:`RaggedBatch` (the
+      boxes are read on the host for the output layout).
+
+    ``scale``, ``mean`` and ``std`` (one value per channel) normalize on the way out:
+    ``(resized * scale - mean) / std`` — e.g. ``scale=1/255`` and ImageNet's statistics for
+    uint8 frames. Outputs are in the source's dtype (float32 for uint8). With ``validate``
+    (default) a box outside its image, or of zero size, raises ``ValueError`` (one host copy
+    of the boxes). ``strategy``/``block_elems`` choose how the ragged output's elements find
+    their crop (as for :func:`octopus.affine`). Differentiable with respect to the source's
+    values.
     """
-    out_h, out_w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
-    if isinstance(source, RaggedBatch):
-        if source.item_dim != 3:
-            raise ValueError(f"source items must be [C, H, W] images, got {source.item_dim}-D items")
-        values, offsets, sizes = source.values, source.offsets, source.sizes
-        host_sizes = source.host_layout()[1]
-        channels = int(host_sizes[0, 0]) if len(source) else 1
-    elif isinstance(source, torch.Tensor):
-        if source.dim() != 4:
-            raise ValueError(f"a dense source must be [N, C, H, W], got shape {tuple(source.shape)}")
-        n, channels, h, w = source.shape
-        values = source.contiguous().view(-1)
-        offsets = torch.arange(n + 1, dtype=torch.int64, device=source.device) * (channels * h * w)
-        sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=source.device).expand(n, 3)
-    else:
-        raise TypeError(f"source must be a RaggedBatch or a [N, C, H, W] tensor, got {type(source).__name__}")
+    values, offsets, sizes, channels = _source_layout(source)
     if not isinstance(boxes, torch.Tensor) or boxes.dtype != torch.int64:
         raise TypeError("boxes must be an int64 tensor [K, 5] of (image, y0, x0, y1, x1)")
+    if boxes.dim() != 2 or boxes.shape[1] != 5:
+        raise ValueError(f"boxes must be [K, 5] (image, y0, x0, y1, x1), got shape {list(boxes.shape)}")
     param = torch.float64 if values.dtype == torch.float64 else torch.float32
     mean_t = None if mean is None else torch.as_tensor(mean, dtype=param, device=values.device).reshape(-1)
     std_t = None if std is None else torch.as_tensor(std, dtype=param, device=values.device).reshape(-1)
-    return torch.ops.octopus.crop_resize(values, offsets, sizes.contiguous(), boxes.to(values.device), channels,
-                                         out_h, out_w, float(scale), mean_t, std_t, validate)
+    boxes = boxes.to(values.device)
+    if isinstance(size, int) or (isinstance(size, (tuple, list)) and len(size) == 2
+                                 and all(isinstance(v, int) for v in size)):
+        out_h, out_w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        return torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, float(scale),
+                                             mean_t, std_t, validate)
+    hw = _out_sizes(size, boxes)
+    host_sizes = torch.cat([torch.full((hw.shape[0], 1), channels, dtype=torch.int64), hw], dim=1)
+    host_offsets = torch.zeros(hw.shape[0] + 1, dtype=torch.int64)
+    host_offsets[1:] = host_sizes.prod(1).cumsum(0)
+    num_out = int(host_offsets[-1])
+    check_strategy(strategy, allow_auto=True)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
+    block_elems = resolve_block_elems(block_elems)
+    out_dtype = torch.float32 if values.dtype == torch.uint8 else values.dtype
+    layout = RaggedBatch(values.new_empty((1,), dtype=out_dtype).expand(num_out), host_offsets.to(values.device),
+                         host_sizes.to(values.device), validate=False)
+    layout._host_layout = (host_offsets, host_sizes)
+    out = torch.ops.octopus.crop_resize_ragged(values, offsets, sizes, boxes, channels, layout.offsets, layout.sizes,
+                                               num_out, float(scale), mean_t, std_t, strategy, block_elems,
+                                               layout.metadata(strategy, block_elems), validate)
+    return layout.with_values(out)
+
+
+def resize(batch: RaggedBatch, sizes: Sizes, *, scale: float = 1.0, mean: Optional[Sequence[float]] = None,
+           std: Optional[Sequence[float]] = None, strategy: str = "auto",
+           block_elems: Optional[int] = None) -> RaggedBatch:
+    """Ragged -> ragged bilinear resize: image i of ``batch`` (``[C, H, W]`` items) to
+    ``sizes[i] = (h, w)`` (a ``[M, 2]`` tensor or list), as ``F.interpolate(...,
+    mode="bilinear", align_corners=False)`` of each image; ``scale``/``mean``/``std`` as in
+    :func:`crop_resize`. One launch. Differentiable with respect to the values."""
+    if not isinstance(batch, RaggedBatch):
+        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    if batch.item_dim != 3:
+        raise ValueError(f"items must be [C, H, W] images, got {batch.item_dim}-D items")
+    host_sizes = batch.host_layout()[1]
+    m = len(batch)
+    boxes = torch.cat([torch.arange(m, dtype=torch.int64)[:, None], torch.zeros(m, 2, dtype=torch.int64),
+                       host_sizes[:, 1:]], dim=1)
+    hw = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1, 2) if m else torch.zeros(0, 2, dtype=torch.int64)
+    return crop_resize(batch, boxes, hw, scale=scale, mean=mean, std=std, strategy=strategy, block_elems=block_elems)

@@ -35,7 +35,8 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
     result = check_result(out / "bench.json")
     assert result["scale_down"] == 1000 and result["environment"]["device_type"] == "cpu"
     workloads = {r["workload"] for r in result["rows"]}
-    assert workloads == {"affine", "normalize", "padding", "crop_resize", "diffusion"}
+    assert workloads == {"affine", "normalize", "padding", "crop_resize", "stencil", "tiles", "diffusion"}
+    assert {r["distribution"] for r in result["rows"] if r["workload"] == "stencil"} == {"small-100k", "normal-10k"}
     for w in ("affine", "normalize", "padding"):
         assert {r["distribution"] for r in result["rows"] if r["workload"] == w} == {
             "normal", "small", "tiny", "longtail", "bimodal"}
@@ -44,7 +45,10 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
         assert any(m.startswith(f"octopus {s}") for m in methods)
     assert {"copy (ceiling)", "torch repeat_interleave", "torch padded batch", "octopus normalize",
             "torch segment_reduce + repeat_interleave", "octopus to_padded", "octopus from_padded (back)",
-            "torch.nested.to_padded_tensor", "octopus crop_resize", "torch F.interpolate per crop"} <= methods
+            "torch.nested.to_padded_tensor", "octopus crop_resize", "torch F.interpolate per crop",
+            "octopus gaussian_blur (replicate)", "octopus depthwise_conv3x3 (zero)", "torch conv2d on the padded batch",
+            "torch conv2d per image", "octopus tile_filter (stats + keep)", "octopus tile_filter + gather kept tiles",
+            "torch per-tile loop (stats + keep)", "torch per-tile loop + gather"} <= methods
     assert sorted({r["items"] for r in result["scaling"]}) == [1, 10, 100, 1000]
     assert result["autotune"]["strategy"] in ("plan", "block_search", "search", "lookup")
     assert result["autotune"]["verdicts"], "autotune's choice was not judged on any workload"

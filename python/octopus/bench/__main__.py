@@ -5,7 +5,9 @@ memory and energy. Prints a table, writes every raw measurement as JSON and plot
 
 Workloads: ``affine`` (per-item scale and bias), ``normalize`` (per-item mean/std
 normalization), ``padding`` (ragged -> padded -> ragged), each over item-size distributions,
-``crop_resize`` (1000 long-tail crops of a 1080p frame to 224x224) and ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
+``crop_resize`` (1000 long-tail crops of a 1080p frame to 224x224), ``stencil`` (3x3 blur
+of 100K small and 10K normal images), ``tiles`` (tile filtering of an 8192x8192 image) and
+``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
 On a machine without a GPU the CPU kernels run on batches 1000x smaller.
 """
 
@@ -21,12 +23,12 @@ import torch
 
 import octopus
 
-from . import affine, diffusion, image_ops
+from . import affine, diffusion, filters, image_ops
 from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sample_sizes
 from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
 
-WORKLOADS = ("affine", "normalize", "padding", "crop_resize", "diffusion")
+WORKLOADS = ("affine", "normalize", "padding", "crop_resize", "stencil", "tiles", "diffusion")
 SCALING_ITEMS = (1_000, 10_000, 100_000, 1_000_000)
 CPU_SCALE_DOWN = 1000
 
@@ -180,6 +182,10 @@ def main(argv=None) -> int:
             jobs += [(workload, d) for d in args.dists]
     if "crop_resize" in args.workloads:
         jobs.append(("crop_resize", "longtail-crops"))
+    if "stencil" in args.workloads:
+        jobs += [("stencil", case) for case in filters.STENCIL_CASES]
+    if "tiles" in args.workloads:
+        jobs.append(("tiles", "8192-tiles"))
     if "diffusion" in args.workloads:
         jobs += [("diffusion", s) for s in diffusion.SHAPES]
     scaling_items = [max(1, n // scale_down) for n in SCALING_ITEMS] if args.scaling else []
@@ -204,8 +210,15 @@ def main(argv=None) -> int:
             for r in got:
                 r.update(workload=kind, distribution=what, items=sizes.shape[0], elements=n, d2h_ms=d2h)
             rows += got
-        elif kind == "crop_resize":
-            got = image_ops.run_crop_resize(measurer, copy_gbs, args.repeats, not args.no_baselines, scale_down)
+        elif kind in ("crop_resize", "stencil", "tiles"):
+            baselines = not args.no_baselines
+            if kind == "crop_resize":
+                got = image_ops.run_crop_resize(measurer, copy_gbs, args.repeats, baselines, scale_down)
+            elif kind == "stencil":
+                got = filters.run_stencil(what, measurer, copy_gbs, args.repeats, baselines, scale_down,
+                                          affine.PER_ITEM_LOOP_MAX_ITEMS // scale_down)
+            else:
+                got = filters.run_tiles(measurer, copy_gbs, args.repeats, baselines, scale_down)
             d2h = _d2h_ms(got[0]["elements"], device, args.repeats)
             for r in got:
                 r.update(workload=kind, distribution=what, d2h_ms=d2h)

@@ -1,0 +1,184 @@
+// Crop + bilinear resize to a ragged output: box k of the source batch (as crop_resize.h
+// describes boxes and sampling) becomes output item k of shape [C, out_h_k, out_w_k] — each
+// item its own size. A box resized to its own size is an exact copy: this is also how
+// tiles are gathered into a new batch. Normalization is fused as in crop_resize.
+//
+// A ragged functor over the output batch, run by the generic drivers. kBackward turns it
+// around: every output element's gradient is spread over its four source pixels
+// (atomics on the GPU; the CPU runs it serially).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+#include <c10/util/string_view.h>
+
+#include <cstdint>
+
+#include "octopus/core/checks.h"
+#include "octopus/core/dtypes.h"
+#include "octopus/core/vec.h"
+#include "octopus/ops/crop_resize.h"
+
+namespace octopus {
+
+template <typename in_t, typename out_t, typename acc_t, bool kBackward>
+struct CropResizeRaggedOp {
+  static constexpr int kVec = 4;
+  static constexpr int kUnroll = 2;
+  using InVec = Vec<in_t, kVec>;
+  using OutVec = Vec<out_t, kVec>;
+
+  const in_t* __restrict__ in;  // forward: the source values; backward: the output's gradient
+  out_t* __restrict__ out;      // forward: the packed outputs; backward: the source's gradient
+  const int64_t* __restrict__ offsets;  // the source batch
+  const int64_t* __restrict__ sizes;
+  int64_t num_images;
+  const int64_t* __restrict__ boxes;
+  const int64_t* __restrict__ out_offsets;  // the output batch
+  const int64_t* __restrict__ out_sizes;
+  int64_t num_out_values;
+  int64_t channels;
+  acc_t scale;
+  const acc_t* __restrict__ mean;
+  const acc_t* __restrict__ std;
+
+  struct Item {
+    CropBox box;
+    int64_t begin, out_h, out_w, plane;
+  };
+
+  OCTOPUS_HD Item item(int64_t k) const {
+    Item it{};
+    it.box = crop_box(boxes, k, offsets, sizes, num_images);
+    const int64_t o = out_offsets[k];
+    it.begin = o < 0 ? 0 : (o > num_out_values ? num_out_values : o);
+    it.out_h = out_sizes[3 * k + 1] > 0 ? out_sizes[3 * k + 1] : 1;
+    it.out_w = out_sizes[3 * k + 2] > 0 ? out_sizes[3 * k + 2] : 1;
+    it.plane = it.out_h * it.out_w;
+    return it;
+  }
+
+  OCTOPUS_HD InVec load(int64_t) const { return InVec{}; }
+
+  OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const {
+    int64_t c, y, x;
+    coordinates(it, g, c, y, x);
+    OutVec r;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if constexpr (kBackward) {
+        scatter(it, g + k, c, y, x);
+      } else {
+        r.v[k] = sample(it, c, y, x);
+      }
+      if (++x == it.out_w) {  // the next element in row-major order
+        x = 0;
+        if (++y == it.out_h) {
+          y = 0;
+          ++c;
+        }
+      }
+    }
+    if constexpr (!kBackward) *reinterpret_cast<OutVec*>(out + g) = r;
+  }
+
+  OCTOPUS_HD void one(const Item& it, int64_t g) const {
+    int64_t c, y, x;
+    coordinates(it, g, c, y, x);
+    if constexpr (kBackward) {
+      scatter(it, g, c, y, x);
+    } else {
+      out[g] = sample(it, c, y, x);
+    }
+  }
+
+ private:
+  OCTOPUS_HD static int64_t divide(int64_t a, int64_t b) {
+    return (a >> 31) == 0 && (b >> 31) == 0 ? static_cast<int64_t>(static_cast<uint32_t>(a) / static_cast<uint32_t>(b))
+                                            : a / b;
+  }
+
+  OCTOPUS_HD void coordinates(const Item& it, int64_t g, int64_t& c, int64_t& y, int64_t& x) const {
+    const int64_t local = g - it.begin;
+    c = divide(local, it.plane);
+    const int64_t r = local - c * it.plane;
+    y = divide(r, it.out_w);
+    x = r - y * it.out_w;
+    c = c < channels - 1 ? c : channels - 1;
+  }
+
+  OCTOPUS_HD int64_t source_line(const Item& it, int64_t c, int64_t row) const {
+    return it.box.base + c * it.box.plane + (it.box.y0 + row) * it.box.width + it.box.x0;
+  }
+
+  OCTOPUS_HD out_t sample(const Item& it, int64_t c, int64_t y, int64_t x) const {
+    const BilinearTap ty = bilinear_tap(y, it.out_h, it.box.h), tx = bilinear_tap(x, it.out_w, it.box.w);
+    const in_t* line0 = in + source_line(it, c, ty.i0);
+    const in_t* line1 = in + source_line(it, c, ty.i1);
+    const acc_t wy = ty.w, wx = tx.w;
+    const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
+    const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
+    return static_cast<out_t>((((1 - wy) * top + wy * bottom) * scale - mean[c]) / std[c]);
+  }
+
+  OCTOPUS_HD static void add(out_t* p, out_t v) {
+#ifdef __CUDA_ARCH__
+    atomicAdd(p, v);
+#else
+    *p += v;
+#endif
+  }
+
+  OCTOPUS_HD void scatter(const Item& it, int64_t g, int64_t c, int64_t y, int64_t x) const {
+    const BilinearTap ty = bilinear_tap(y, it.out_h, it.box.h), tx = bilinear_tap(x, it.out_w, it.box.w);
+    out_t* line0 = out + source_line(it, c, ty.i0);
+    out_t* line1 = out + source_line(it, c, ty.i1);
+    const acc_t v = static_cast<acc_t>(in[g]) * scale / std[c], wy = ty.w, wx = tx.w;
+    add(line0 + tx.i0, (1 - wy) * (1 - wx) * v);
+    add(line0 + tx.i1, (1 - wy) * wx * v);
+    add(line1 + tx.i0, wy * (1 - wx) * v);
+    add(line1 + tx.i1, wy * wx * v);
+  }
+};
+
+struct CropResizeRaggedArgs {
+  CropResizeArgs source;  // values, offsets, sizes, boxes, mean, std, channels, scale
+  at::Tensor out_offsets, out_sizes, out;
+  int64_t num_out_values;
+  Strategy strategy;
+  int64_t block_elems;
+};
+
+// Checks every argument (the contents of both layouts and of the boxes too when
+// validate_contents: host copies) and allocates the output: the packed crops (forward), or
+// the source's gradient in the accumulation dtype (backward, `grad` in place of values'
+// role as input).
+CropResizeRaggedArgs prepare_crop_resize_ragged(const at::Tensor& values, const at::Tensor& offsets,
+                                                const at::Tensor& sizes, const at::Tensor& boxes, int64_t channels,
+                                                const at::Tensor& out_offsets, const at::Tensor& out_sizes,
+                                                int64_t num_out_values, double scale,
+                                                const c10::optional<at::Tensor>& mean,
+                                                const c10::optional<at::Tensor>& std, c10::string_view strategy,
+                                                int64_t block_elems, bool validate_contents, bool backward);
+
+// Calls f(op) with the functor for these arguments (`grad` is the backward's input).
+template <bool kBackward, class F>
+void with_crop_resize_ragged_op(const CropResizeRaggedArgs& a, const at::Tensor& grad, F&& f) {
+  const CropResizeArgs& s = a.source;
+  dispatch_values_dtype(s.values.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    using acc_t = acc_type<T>;
+    using in_t = std::conditional_t<kBackward, acc_t, T>;
+    using out_t = std::conditional_t<kBackward, acc_t, out_type<T>>;
+    const in_t* in = kBackward ? reinterpret_cast<const in_t*>(grad.data_ptr()) : reinterpret_cast<const in_t*>(
+                                                                                      s.values.data_ptr());
+    const CropResizeRaggedOp<in_t, out_t, acc_t, kBackward> op{
+        in, a.out.template data_ptr<out_t>(), s.offsets.template data_ptr<int64_t>(),
+        s.sizes.template data_ptr<int64_t>(), s.offsets.numel() - 1, s.boxes.template data_ptr<int64_t>(),
+        a.out_offsets.template data_ptr<int64_t>(), a.out_sizes.template data_ptr<int64_t>(), a.num_out_values,
+        s.channels, static_cast<acc_t>(s.scale), s.mean.template data_ptr<acc_t>(), s.std.template data_ptr<acc_t>()};
+    f(op);
+  });
+}
+
+}  // namespace octopus

@@ -1,0 +1,136 @@
+"""tile_filter against per-tile torch statistics in float64."""
+
+import math
+
+import pytest
+import torch
+
+import octopus
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8]
+
+
+def grid_tiles(h, w, lo, hi, seed=0):
+    """Tiles of random heights and widths in [lo, hi] covering an h x w image (edge tiles may be smaller)."""
+    g = torch.Generator().manual_seed(seed)
+    rows, y = [], 0
+    while y < h:
+        th = int(torch.randint(lo, hi + 1, (1,), generator=g))
+        x = 0
+        while x < w:
+            tw = int(torch.randint(lo, hi + 1, (1,), generator=g))
+            rows.append([y, x, min(y + th, h), min(x + tw, w)])
+            x += tw
+        y += th
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def reference(image, tiles, threshold):
+    img = image.double() if image.dim() == 3 else image.double()[None]
+    means, fractions = [], []
+    for y0, x0, y1, x1 in tiles.tolist():
+        t = img[:, y0:y1, x0:x1]
+        means.append(t.mean())
+        fractions.append((t > threshold).double().mean())
+    return torch.tensor(means, dtype=torch.float64), torch.tensor(fractions, dtype=torch.float64)
+
+
+def random_image(shape, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    return torch.rand(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels", [None, 3])
+def test_stats_and_keep(device, dtype, channels):
+    shape = (197, 263) if channels is None else (channels, 197, 263)
+    image = random_image(shape, dtype)
+    tiles = torch.cat([grid_tiles(197, 263, 8, 70), torch.tensor([[0, 0, 1, 1], [196, 262, 197, 263],
+                                                                  [0, 0, 197, 263], [10, 10, 60, 200]])])
+    threshold = 128.0 if dtype == torch.uint8 else 0.5
+    res = octopus.tile_filter(image.to(device), tiles.to(device), threshold, min_mean=threshold * 0.95,
+                              max_fraction=0.55)
+    mean, fraction = reference(image, tiles, threshold)
+    torch.testing.assert_close(res.mean.cpu(), mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.fraction.cpu(), fraction, rtol=0, atol=1e-15)
+    assert torch.equal(res.keep.cpu(), (mean >= threshold * 0.95) & (fraction <= 0.55))
+    assert res.kept is None and res.kept_index is None
+    assert 0 < int(res.keep.sum()) < len(tiles)
+
+
+def test_gather_kept_tiles(device):
+    image = random_image((2, 300, 410), torch.float32, seed=3)
+    tiles = grid_tiles(300, 410, 16, 90, seed=4)
+    res = octopus.tile_filter(image.to(device), tiles.to(device), 0.5, min_fraction=0.5, gather=True)
+    _, fraction = reference(image, tiles, 0.5)
+    keep = fraction >= 0.5
+    assert torch.equal(res.keep.cpu(), keep)
+    assert torch.equal(res.kept_index.cpu(), keep.nonzero().squeeze(1))
+    crops = res.kept.cpu().unbind()
+    assert len(crops) == int(keep.sum()) > 0
+    for crop, i in zip(crops, res.kept_index.tolist()):
+        y0, x0, y1, x1 = tiles[i].tolist()
+        assert torch.equal(crop, image[:, y0:y1, x0:x1])
+
+
+def test_nothing_kept_and_no_tiles(device):
+    image = random_image((50, 60), torch.float32).to(device)
+    tiles = grid_tiles(50, 60, 10, 20).to(device)
+    res = octopus.tile_filter(image, tiles, 0.5, min_mean=2.0, gather=True)
+    assert not res.keep.any() and len(res.kept) == 0 and res.kept.item_dim == 3
+    none = octopus.tile_filter(image, torch.zeros(0, 4, dtype=torch.int64, device=device), 0.5, gather=True)
+    assert none.mean.shape == (0,) and len(none.kept) == 0
+
+
+def test_large_tile_precision(device):
+    """One 4096 x 4096 tile of values near 1e4: float64 sums keep the mean exact to 1e-12."""
+    image = (1e4 + torch.rand(4096, 4096, generator=torch.Generator().manual_seed(5), dtype=torch.float64))
+    res = octopus.tile_filter(image.to(device), torch.tensor([[0, 0, 4096, 4096]], device=device), 1e4 + 0.5)
+    torch.testing.assert_close(res.mean.cpu()[0], image.mean(), rtol=1e-12, atol=0)
+
+
+def test_overlapping_tiles(device):
+    image = random_image((64, 64), torch.float64).to(device)
+    tiles = torch.tensor([[0, 0, 64, 64], [0, 0, 32, 32], [16, 16, 48, 48], [16, 16, 48, 48]], device=device)
+    res = octopus.tile_filter(image, tiles, 0.3)
+    mean, fraction = reference(image.cpu(), tiles.cpu(), 0.3)
+    torch.testing.assert_close(res.mean.cpu(), mean)
+    torch.testing.assert_close(res.fraction.cpu(), fraction)
+
+
+def test_opcheck(device):
+    image = random_image((2, 40, 50), torch.float32).to(device)
+    tiles = grid_tiles(40, 50, 8, 20).to(device)
+    torch.library.opcheck(torch.ops.octopus.tile_stats.default,
+                          (image, tiles, 0.5, -math.inf, math.inf, 0.1, 0.9, True))
+
+
+@pytest.mark.parametrize("tile, message", [
+    ([0, 0, 0, 5], "empty tiles are rejected"),
+    ([0, 0, 51, 5], "must satisfy"),
+    ([-1, 0, 3, 5], "must satisfy"),
+    ([0, 3, 5, 2], "must satisfy"),
+])
+def test_bad_tiles(device, tile, message):
+    image = random_image((50, 60), torch.float32).to(device)
+    with pytest.raises(ValueError, match=message):
+        octopus.tile_filter(image, torch.tensor([tile], device=device), 0.5)
+
+
+def test_bad_arguments(device):
+    image = random_image((50, 60), torch.float32).to(device)
+    tiles = torch.tensor([[0, 0, 5, 5]], device=device)
+    with pytest.raises(TypeError, match="tiles must be an int64"):
+        octopus.tile_filter(image, tiles.float(), 0.5)
+    with pytest.raises(ValueError, match=r"tiles must be \[T, 4\]"):
+        octopus.tile_filter(image, tiles[:, :3], 0.5)
+    with pytest.raises(ValueError, match=r"image must be \[H, W\] or \[C, H, W\]"):
+        octopus.tile_filter(image[0], tiles, 0.5)
+    with pytest.raises(TypeError, match="values must be float32"):
+        octopus.tile_filter(image.to(torch.int32), tiles, 0.5)
+    with pytest.raises(ValueError, match="keep bounds are empty"):
+        octopus.tile_filter(image, tiles, 0.5, min_mean=1.0, max_mean=0.0)
+    with pytest.raises(ValueError, match="image is empty"):
+        octopus.tile_filter(image[:0], tiles, 0.5)
