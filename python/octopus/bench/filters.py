@@ -142,7 +142,8 @@ def run_tiles(measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool
         row("torch per-tile loop (stats + keep)", measurer.measure(lambda: loop(False), warmup=1, repeats=3),
             note="mean and (t > threshold).mean() per tile view")
         _, fraction, keep, _ = loop(False)
-        torch.testing.assert_close(res.fraction.float(), fraction, rtol=1e-5, atol=1e-6)
+        # torch averages the float32 mask in float32: ~1e-5 off on the largest tiles.
+        torch.testing.assert_close(res.fraction.float(), fraction, rtol=0, atol=1e-4)
         row("torch per-tile loop + gather", measurer.measure(lambda: loop(True), warmup=1, repeats=3),
             moved=4 * side * side + 8 * kept_values, note="the kept tiles cloned (keep read on the host)")
     for r in rows:
