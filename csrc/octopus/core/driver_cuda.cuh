@@ -5,6 +5,9 @@
 //
 // Functor interface (see ops/item_param_op.h): kVec, InVec, item(i) -> Item, load(g) -> InVec,
 // store(Item, g, InVec) for kVec elements of one item at a kVec-aligned g, one(Item, g).
+// A functor whose elements depend on their neighbours may also define
+// segment(Item, g0, g1, lane): a whole warp takes the elements [g0, g1) of one item at once
+// (the locators that hand out such runs — plans and block_search — then call it).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,15 +42,25 @@ __device__ __forceinline__ int64_t find_item(const int64_t* __restrict__ offsets
   return clamp_index(lo - 1, m - 1);
 }
 
+template <class Op, class = void>
+struct HasSegment : std::false_type {};
+template <class Op>
+struct HasSegment<Op, std::void_t<decltype(&Op::segment)>> : std::true_type {};
+
 // A warp processes the packed elements [g0, g1) of one item: aligned vectors in the
-// middle (kUnroll loads in flight per lane), single elements at the two ends.
+// middle (kUnroll loads in flight per lane), single elements at the two ends — or the
+// functor's own segment().
 template <class Op>
 __device__ __forceinline__ void run_segment(const Op& op, int64_t item, int64_t g0, int64_t g1, int lane) {
   constexpr int V = Op::kVec;
   constexpr int kUnroll = Op::kUnroll;
+  const auto it = op.item(item);
+  if constexpr (HasSegment<Op>::value) {
+    op.segment(it, g0, g1, lane);
+    return;
+  }
   const int64_t a0 = (g0 + V - 1) / V * V;
   const int64_t a1 = g1 / V * V;
-  const auto it = op.item(item);
   if (a0 >= a1) {
     for (int64_t g = g0 + lane; g < g1; g += 32) op.one(it, g);
     return;

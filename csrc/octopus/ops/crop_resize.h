@@ -25,14 +25,18 @@ struct BilinearTap {
   float w;
 };
 
-OCTOPUS_HD BilinearTap bilinear_tap(int64_t out_index, int64_t out_size, int64_t in_size) {
-  const float scale = static_cast<float>(in_size) / static_cast<float>(out_size);
+// `scale` = in_size / out_size as a float (what torch computes for align_corners=False).
+OCTOPUS_HD BilinearTap bilinear_tap_scaled(int64_t out_index, float scale, int64_t in_size) {
   float src = (static_cast<float>(out_index) + 0.5f) * scale - 0.5f;
   src = src < 0.f ? 0.f : src;
   int64_t i0 = static_cast<int64_t>(src);
   if (i0 > in_size - 1) i0 = in_size - 1;
   const int64_t i1 = i0 + (i0 < in_size - 1 ? 1 : 0);
   return {i0, i1, src - static_cast<float>(i0)};
+}
+
+OCTOPUS_HD BilinearTap bilinear_tap(int64_t out_index, int64_t out_size, int64_t in_size) {
+  return bilinear_tap_scaled(out_index, static_cast<float>(in_size) / static_cast<float>(out_size), in_size);
 }
 
 // One box as read from `boxes` [K, 5] int64, clamped so that unvalidated input never reads

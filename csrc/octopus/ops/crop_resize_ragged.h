@@ -52,6 +52,7 @@ struct CropResizeRaggedOp {
     int64_t begin, out_h, out_w, plane;
     bool fast;  // fewer than 2^31 output elements: 32-bit coordinates
     FastDivider by_width, by_plane;
+    float scale_y, scale_x;  // box size / output size
   };
 
   OCTOPUS_HD Item item(int64_t k) const {
@@ -62,6 +63,8 @@ struct CropResizeRaggedOp {
     it.out_h = out_sizes[3 * k + 1] > 0 ? out_sizes[3 * k + 1] : 1;
     it.out_w = out_sizes[3 * k + 2] > 0 ? out_sizes[3 * k + 2] : 1;
     it.plane = it.out_h * it.out_w;
+    it.scale_y = static_cast<float>(it.box.h) / static_cast<float>(it.out_h);
+    it.scale_x = static_cast<float>(it.box.w) / static_cast<float>(it.out_w);
     it.fast = it.plane * channels < (int64_t{1} << 31);
     if (it.fast) {
       it.by_width = FastDivider::make(static_cast<uint32_t>(it.out_w));
@@ -74,13 +77,38 @@ struct CropResizeRaggedOp {
 
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
+#ifdef __CUDACC__
+  // The GPU driver's plan and block_search runs (forward): the warp walks the run output
+  // row by row, the lanes along the row, with the row's vertical tap and source lines worked
+  // out once per row.
+  __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    if (kBackward || it.out_w < 16) {
+      for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
+      return;
+    }
+    int64_t c, y, x;
+    coordinates(it, g0, c, y, x);
+    for (int64_t g = g0; g < g1;) {
+      const int64_t n = min(it.out_w - x, g1 - g);
+      const Row r = row(it, c, y);
+      for (int64_t k = lane; k < n; k += 32) out[g + k] = r.at(it, x + k);
+      g += n;
+      x = 0;
+      if (++y == it.out_h) {
+        y = 0;
+        c = c < channels - 1 ? c + 1 : c;
+      }
+    }
+  }
+#endif
+
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
     int64_t c, y, x;
     coordinates(it, g, c, y, x);
     if constexpr (kBackward) {
       scatter(it, g, c, y, x);
     } else {
-      out[g] = sample(it, c, y, x);
+      out[g] = row(it, c, y).at(it, x);
     }
   }
 
@@ -108,14 +136,25 @@ struct CropResizeRaggedOp {
     return it.box.base + c * it.box.plane + (it.box.y0 + row) * it.box.width + it.box.x0;
   }
 
-  OCTOPUS_HD out_t sample(const Item& it, int64_t c, int64_t y, int64_t x) const {
-    const BilinearTap ty = bilinear_tap(y, it.out_h, it.box.h), tx = bilinear_tap(x, it.out_w, it.box.w);
-    const in_t* line0 = in + source_line(it, c, ty.i0);
-    const in_t* line1 = in + source_line(it, c, ty.i1);
-    const acc_t wy = ty.w, wx = tx.w;
-    const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
-    const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
-    return static_cast<out_t>((((1 - wy) * top + wy * bottom) * scale - mean[c]) / std[c]);
+  // One output row: its two source lines, vertical weight and channel's normalization.
+  struct Row {
+    const in_t* __restrict__ line0;
+    const in_t* __restrict__ line1;
+    acc_t wy, scale, mean, inv_std;
+
+    OCTOPUS_HD out_t at(const Item& it, int64_t x) const {
+      const BilinearTap tx = bilinear_tap_scaled(x, it.scale_x, it.box.w);
+      const acc_t wx = tx.w;
+      const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
+      const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
+      return static_cast<out_t>((((1 - wy) * top + wy * bottom) * scale - mean) * inv_std);
+    }
+  };
+
+  OCTOPUS_HD Row row(const Item& it, int64_t c, int64_t y) const {
+    const BilinearTap ty = bilinear_tap_scaled(y, it.scale_y, it.box.h);
+    return {in + source_line(it, c, ty.i0), in + source_line(it, c, ty.i1), ty.w, scale, mean[c],
+            acc_t(1) / std[c]};
   }
 
   OCTOPUS_HD static void add(out_t* p, out_t v) {
@@ -127,7 +166,7 @@ struct CropResizeRaggedOp {
   }
 
   OCTOPUS_HD void scatter(const Item& it, int64_t g, int64_t c, int64_t y, int64_t x) const {
-    const BilinearTap ty = bilinear_tap(y, it.out_h, it.box.h), tx = bilinear_tap(x, it.out_w, it.box.w);
+    const BilinearTap ty = bilinear_tap_scaled(y, it.scale_y, it.box.h), tx = bilinear_tap_scaled(x, it.scale_x, it.box.w);
     out_t* line0 = out + source_line(it, c, ty.i0);
     out_t* line1 = out + source_line(it, c, ty.i1);
     const acc_t v = static_cast<acc_t>(in[g]) * scale / std[c], wy = ty.w, wx = tx.w;

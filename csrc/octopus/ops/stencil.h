@@ -90,13 +90,39 @@ struct Stencil3x3Op {
 
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
+#ifdef __CUDACC__
+  // The GPU driver's plan and block_search runs: the warp walks the run row by row, the
+  // lanes along the row, so that a row's coordinates, its three source lines and its
+  // kernel are worked out once per row instead of per pixel. Narrow items, and the
+  // adjoint, go element by element.
+  __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    if (kAdjoint || it.width < 16) {
+      for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
+      return;
+    }
+    int64_t c, y, x;
+    coordinates(it, g0, c, y, x);
+    for (int64_t g = g0; g < g1;) {
+      const int64_t n = min(it.width - x, g1 - g);  // this row's pixels in the run
+      const Row r = row(it, c, y);
+      for (int64_t k = lane; k < n; k += 32) out[g + k] = static_cast<out_t>(r.at(x + k));
+      g += n;
+      x = 0;
+      if (++y == it.height) {
+        y = 0;
+        ++c;
+      }
+    }
+  }
+#endif
+
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
     int64_t c, y, x;
     coordinates(it, g, c, y, x);
     if constexpr (kAdjoint) {
       out[g] = static_cast<out_t>(adjoint_at(it, c, y, x));
     } else {
-      out[g] = static_cast<out_t>(forward_at(it, c, y, x));
+      out[g] = static_cast<out_t>(row(it, c, y).at(x));
     }
   }
 
@@ -121,34 +147,44 @@ struct Stencil3x3Op {
     }
   }
 
-  // Neighbour rows and columns are clamped into the item (replicate); for a zero border the
-  // taps that fall outside get weight 0 instead — no branch either way.
-  OCTOPUS_HD acc_t forward_at(const Item& it, int64_t c, int64_t y, int64_t x) const {
+  // What the forward stencil needs of one image row: the three source lines (clamped into
+  // the item: replicate), the kernel with the taps above or below the item zeroed for a
+  // zero border, and the row's width.
+  struct Row {
+    const in_t* __restrict__ lines[3];
     acc_t w[9];
-    if (c == 0) {
+    int64_t width;
+    bool zero;
+
+    // Columns are clamped too; for a zero border the taps left or right of the item get 0.
+    OCTOPUS_HD acc_t at(int64_t x) const {
+      const int64_t xl = x > 0 ? x - 1 : 0, xr = x < width - 1 ? x + 1 : width - 1;
+      const acc_t left = zero && x == 0 ? acc_t(0) : acc_t(1), right = zero && x == width - 1 ? acc_t(0) : acc_t(1);
+      acc_t sum = 0;
 #pragma unroll
-      for (int k = 0; k < 9; ++k) w[k] = it.w0[k];
-    } else {
-      const acc_t* wc = weight + 9 * (c < channels - 1 ? c : channels - 1);
-#pragma unroll
-      for (int k = 0; k < 9; ++k) w[k] = wc[k];
+      for (int r = 0; r < 3; ++r) {
+        const in_t* line = lines[r];
+        sum += w[3 * r] * left * static_cast<acc_t>(line[xl]) + w[3 * r + 1] * static_cast<acc_t>(line[x]) +
+               w[3 * r + 2] * right * static_cast<acc_t>(line[xr]);
+      }
+      return sum;
     }
-    const bool zero = border == Border::Zero;
-    const acc_t up = zero && y == 0 ? acc_t(0) : acc_t(1), down = zero && y == it.height - 1 ? acc_t(0) : acc_t(1);
-    const acc_t left = zero && x == 0 ? acc_t(0) : acc_t(1), right = zero && x == it.width - 1 ? acc_t(0) : acc_t(1);
-    const in_t* p = in + it.begin + c * it.plane;
-    const int64_t rows[3] = {(y > 0 ? y - 1 : 0) * it.width, y * it.width,
-                             (y < it.height - 1 ? y + 1 : it.height - 1) * it.width};
-    const int64_t cols[3] = {x > 0 ? x - 1 : 0, x, x < it.width - 1 ? x + 1 : it.width - 1};
-    acc_t line[3];
+  };
+
+  OCTOPUS_HD Row row(const Item& it, int64_t c, int64_t y) const {
+    Row r;
+    const acc_t* wc = weight + 9 * (c < channels - 1 ? c : channels - 1);
 #pragma unroll
-    for (int r = 0; r < 3; ++r) {
-      const acc_t a = static_cast<acc_t>(p[rows[r] + cols[0]]);
-      const acc_t b = static_cast<acc_t>(p[rows[r] + cols[1]]);
-      const acc_t d = static_cast<acc_t>(p[rows[r] + cols[2]]);
-      line[r] = w[3 * r] * left * a + w[3 * r + 1] * b + w[3 * r + 2] * right * d;
-    }
-    return up * line[0] + line[1] + down * line[2];
+    for (int k = 0; k < 9; ++k) r.w[k] = c == 0 ? it.w0[k] : wc[k];
+    r.zero = border == Border::Zero;
+    if (r.zero && y == 0) r.w[0] = r.w[1] = r.w[2] = 0;
+    if (r.zero && y == it.height - 1) r.w[6] = r.w[7] = r.w[8] = 0;
+    const in_t* plane = in + it.begin + c * it.plane;
+    r.lines[0] = plane + (y > 0 ? y - 1 : 0) * it.width;
+    r.lines[1] = plane + y * it.width;
+    r.lines[2] = plane + (y < it.height - 1 ? y + 1 : it.height - 1) * it.width;
+    r.width = it.width;
+    return r;
   }
 
   // Outputs (oy, ox) within one pixel of (y, x) whose tap (dy, dx) reads (y, x).
