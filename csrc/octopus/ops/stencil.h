@@ -75,7 +75,10 @@ struct Stencil3x3Op {
     const int64_t planes = dims == 3 ? positive(sizes[i * dims]) : 1;
     // Unvalidated input whose item would reach past the values is read as 1 x 1 planes:
     // every read then stays at its own element.
-    if (it.height * it.width * planes > num_values - it.begin) it.height = it.width = 1;
+    // Rows of 2^31 pixels or more (rejected when validated) likewise.
+    if (it.height * it.width * planes > num_values - it.begin || it.width >= (int64_t{1} << 31)) {
+      it.height = it.width = 1;
+    }
     it.plane = it.height * it.width;
     it.fast = it.plane * planes < (int64_t{1} << 31);
     if (it.fast) {
@@ -103,9 +106,12 @@ struct Stencil3x3Op {
     int64_t c, y, x;
     coordinates(it, g0, c, y, x);
     for (int64_t g = g0; g < g1;) {
-      const int64_t n = min(it.width - x, g1 - g);  // this row's pixels in the run
+      const int n = static_cast<int>(min(it.width - x, g1 - g));  // this row's pixels in the run
       const Row r = row(it, c, y);
-      for (int64_t k = lane; k < n; k += 32) out[g + k] = static_cast<out_t>(r.at(x + k));
+      out_t* dst = out + g;
+      const int x0 = static_cast<int>(x);
+#pragma unroll 2
+      for (int k = lane; k < n; k += 32) dst[k] = static_cast<out_t>(r.at(x0 + k));
       g += n;
       x = 0;
       if (++y == it.height) {
@@ -122,7 +128,7 @@ struct Stencil3x3Op {
     if constexpr (kAdjoint) {
       out[g] = static_cast<out_t>(adjoint_at(it, c, y, x));
     } else {
-      out[g] = static_cast<out_t>(row(it, c, y).at(x));
+      out[g] = static_cast<out_t>(row(it, c, y).at(static_cast<int>(x)));
     }
   }
 
@@ -153,21 +159,22 @@ struct Stencil3x3Op {
   struct Row {
     const in_t* __restrict__ lines[3];
     acc_t w[9];
-    int64_t width;
+    int width;  // below 2^31 (item() makes sure)
     bool zero;
 
     // Columns are clamped too; for a zero border the taps left or right of the item get 0.
-    OCTOPUS_HD acc_t at(int64_t x) const {
-      const int64_t xl = x > 0 ? x - 1 : 0, xr = x < width - 1 ? x + 1 : width - 1;
+    OCTOPUS_HD acc_t at(int x) const {
+      const int xl = x > 0 ? x - 1 : 0, xr = x < width - 1 ? x + 1 : width - 1;
       const acc_t left = zero && x == 0 ? acc_t(0) : acc_t(1), right = zero && x == width - 1 ? acc_t(0) : acc_t(1);
-      acc_t sum = 0;
+      acc_t sum_l = 0, sum_c = 0, sum_r = 0;
 #pragma unroll
       for (int r = 0; r < 3; ++r) {
         const in_t* line = lines[r];
-        sum += w[3 * r] * left * static_cast<acc_t>(line[xl]) + w[3 * r + 1] * static_cast<acc_t>(line[x]) +
-               w[3 * r + 2] * right * static_cast<acc_t>(line[xr]);
+        sum_l += w[3 * r] * static_cast<acc_t>(line[xl]);
+        sum_c += w[3 * r + 1] * static_cast<acc_t>(line[x]);
+        sum_r += w[3 * r + 2] * static_cast<acc_t>(line[xr]);
       }
-      return sum;
+      return left * sum_l + sum_c + right * sum_r;
     }
   };
 
@@ -183,7 +190,7 @@ struct Stencil3x3Op {
     r.lines[0] = plane + (y > 0 ? y - 1 : 0) * it.width;
     r.lines[1] = plane + y * it.width;
     r.lines[2] = plane + (y < it.height - 1 ? y + 1 : it.height - 1) * it.width;
-    r.width = it.width;
+    r.width = static_cast<int>(it.width);
     return r;
   }
 
