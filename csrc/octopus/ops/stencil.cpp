@@ -50,8 +50,6 @@ StencilArgs prepare_stencil(const at::Tensor& values, const at::Tensor& offsets,
                     weight.sizes());
   if (validate_contents) {
     validate_layout(offsets, sizes, values.numel());
-    TORCH_CHECK_VALUE(m == 0 || sizes.select(1, sizes.size(1) - 1).max().item<int64_t>() < (int64_t{1} << 31),
-                      "items must be narrower than 2^31 pixels");
     if (sizes.size(1) == 3 && m > 0) {
       const at::Tensor wrong = (sizes.select(1, 0) != a.channels).nonzero();
       if (wrong.numel() > 0) {

@@ -75,10 +75,7 @@ struct Stencil3x3Op {
     const int64_t planes = dims == 3 ? positive(sizes[i * dims]) : 1;
     // Unvalidated input whose item would reach past the values is read as 1 x 1 planes:
     // every read then stays at its own element.
-    // Rows of 2^31 pixels or more (rejected when validated) likewise.
-    if (it.height * it.width * planes > num_values - it.begin || it.width >= (int64_t{1} << 31)) {
-      it.height = it.width = 1;
-    }
+    if (it.height * it.width * planes > num_values - it.begin) it.height = it.width = 1;
     it.plane = it.height * it.width;
     it.fast = it.plane * planes < (int64_t{1} << 31);
     if (it.fast) {
@@ -94,29 +91,32 @@ struct Stencil3x3Op {
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
 #ifdef __CUDACC__
-  // The GPU driver's plan and block_search runs: the warp walks the run row by row, the
-  // lanes along the row, so that a row's coordinates, its three source lines and its
-  // kernel are worked out once per row instead of per pixel. Narrow items, and the
-  // adjoint, go element by element.
+  // The GPU driver's plan and block_search runs: lane l takes elements g0 + l, g0 + l + 32,
+  // ... and steps its pixel coordinates by 32 instead of dividing them out per pixel (one
+  // division per lane per run); the kernel stays in registers while the channel does. Narrow
+  // items, huge ones and the adjoint go element by element.
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
-    if (kAdjoint || it.width < 16) {
+    if (kAdjoint || it.width < 16 || !it.fast) {
       for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
       return;
     }
-    int64_t c, y, x;
-    coordinates(it, g0, c, y, x);
-    for (int64_t g = g0; g < g1;) {
-      const int n = static_cast<int>(min(it.width - x, g1 - g));  // this row's pixels in the run
-      const Row r = row(it, c, y);
-      out_t* dst = out + g;
-      const int x0 = static_cast<int>(x);
-#pragma unroll 2
-      for (int k = lane; k < n; k += 32) dst[k] = static_cast<out_t>(r.at(x0 + k));
-      g += n;
-      x = 0;
-      if (++y == it.height) {
-        y = 0;
-        ++c;
+    if (g0 + lane >= g1) return;
+    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
+    const uint32_t l = static_cast<uint32_t>(g0 + lane - it.begin);
+    uint32_t c = it.by_plane.div(l);
+    const uint32_t r = l - c * static_cast<uint32_t>(it.plane);
+    uint32_t y = it.by_width.div(r), x = r - y * width;
+    acc_t w[9];
+    kernel_of(it, c, w);
+    for (int64_t g = g0 + lane; g < g1; g += 32) {
+      out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
+      x += 32;
+      while (x >= width) {
+        x -= width;
+        if (++y == height) {
+          y = 0;
+          kernel_of(it, ++c, w);
+        }
       }
     }
   }
@@ -128,7 +128,9 @@ struct Stencil3x3Op {
     if constexpr (kAdjoint) {
       out[g] = static_cast<out_t>(adjoint_at(it, c, y, x));
     } else {
-      out[g] = static_cast<out_t>(row(it, c, y).at(static_cast<int>(x)));
+      acc_t w[9];
+      kernel_of(it, c, w);
+      out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
     }
   }
 
@@ -153,45 +155,30 @@ struct Stencil3x3Op {
     }
   }
 
-  // What the forward stencil needs of one image row: the three source lines (clamped into
-  // the item: replicate), the kernel with the taps above or below the item zeroed for a
-  // zero border, and the row's width.
-  struct Row {
-    const in_t* __restrict__ lines[3];
-    acc_t w[9];
-    int width;  // below 2^31 (item() makes sure)
-    bool zero;
-
-    // Columns are clamped too; for a zero border the taps left or right of the item get 0.
-    OCTOPUS_HD acc_t at(int x) const {
-      const int xl = x > 0 ? x - 1 : 0, xr = x < width - 1 ? x + 1 : width - 1;
-      const acc_t left = zero && x == 0 ? acc_t(0) : acc_t(1), right = zero && x == width - 1 ? acc_t(0) : acc_t(1);
-      acc_t sum_l = 0, sum_c = 0, sum_r = 0;
-#pragma unroll
-      for (int r = 0; r < 3; ++r) {
-        const in_t* line = lines[r];
-        sum_l += w[3 * r] * static_cast<acc_t>(line[xl]);
-        sum_c += w[3 * r + 1] * static_cast<acc_t>(line[x]);
-        sum_r += w[3 * r + 2] * static_cast<acc_t>(line[xr]);
-      }
-      return left * sum_l + sum_c + right * sum_r;
-    }
-  };
-
-  OCTOPUS_HD Row row(const Item& it, int64_t c, int64_t y) const {
-    Row r;
+  // Channel c's kernel (channel 0's is held by the item).
+  OCTOPUS_HD void kernel_of(const Item& it, int64_t c, acc_t* w) const {
     const acc_t* wc = weight + 9 * (c < channels - 1 ? c : channels - 1);
 #pragma unroll
-    for (int k = 0; k < 9; ++k) r.w[k] = c == 0 ? it.w0[k] : wc[k];
-    r.zero = border == Border::Zero;
-    if (r.zero && y == 0) r.w[0] = r.w[1] = r.w[2] = 0;
-    if (r.zero && y == it.height - 1) r.w[6] = r.w[7] = r.w[8] = 0;
+    for (int k = 0; k < 9; ++k) w[k] = c == 0 ? it.w0[k] : wc[k];
+  }
+
+  // The stencil at one pixel: neighbour rows and columns are clamped into the item
+  // (replicate); for a zero border the taps outside it are multiplied by 0 — no branch.
+  OCTOPUS_HD acc_t pixel(const Item& it, const acc_t* w, int64_t c, int64_t y, int64_t x) const {
     const in_t* plane = in + it.begin + c * it.plane;
-    r.lines[0] = plane + (y > 0 ? y - 1 : 0) * it.width;
-    r.lines[1] = plane + y * it.width;
-    r.lines[2] = plane + (y < it.height - 1 ? y + 1 : it.height - 1) * it.width;
-    r.width = static_cast<int>(it.width);
-    return r;
+    const int64_t width = it.width, last_y = it.height - 1, last_x = width - 1;
+    const in_t* up = plane + (y > 0 ? y - 1 : 0) * width;
+    const in_t* mid = plane + y * width;
+    const in_t* down = plane + (y < last_y ? y + 1 : last_y) * width;
+    const int64_t xl = x > 0 ? x - 1 : 0, xr = x < last_x ? x + 1 : last_x;
+    const bool zero = border == Border::Zero;
+    const acc_t k_up = zero && y == 0 ? acc_t(0) : acc_t(1), k_down = zero && y == last_y ? acc_t(0) : acc_t(1);
+    const acc_t k_left = zero && x == 0 ? acc_t(0) : acc_t(1), k_right = zero && x == last_x ? acc_t(0) : acc_t(1);
+    auto v = [](const in_t* line, int64_t i) { return static_cast<acc_t>(line[i]); };
+    const acc_t left = w[0] * k_up * v(up, xl) + w[3] * v(mid, xl) + w[6] * k_down * v(down, xl);
+    const acc_t centre = w[1] * k_up * v(up, x) + w[4] * v(mid, x) + w[7] * k_down * v(down, x);
+    const acc_t right = w[2] * k_up * v(up, xr) + w[5] * v(mid, xr) + w[8] * k_down * v(down, xr);
+    return k_left * left + centre + k_right * right;
   }
 
   // Outputs (oy, ox) within one pixel of (y, x) whose tap (dy, dx) reads (y, x).
