@@ -43,8 +43,8 @@ struct Stencil3x3Op {
   // coalesced, and rows above and below hit the cache lines the neighbouring warps read).
   static constexpr int kVec = 1;
   static constexpr int kUnroll = 2;
-  // The sliding 3 x 3 window, the kernel and the item's dividers take about 80 registers:
-  // 3 blocks per multiprocessor instead of 4 (spill-free on sm_90 for the 32-bit types).
+  // The item (its kernel in registers, two dividers) and two pixels in flight take about 80
+  // registers: 3 blocks per multiprocessor instead of 4, measured spill-free (sm_90).
   static constexpr int kMinBlocksPerSm = 3;
   using InVec = Vec<in_t, 1>;
 
@@ -63,6 +63,7 @@ struct Stencil3x3Op {
     int64_t height, width, plane;
     bool fast;                        // fewer than 2^31 elements: 32-bit coordinates
     FastDivider by_width, by_plane;
+    acc_t w0[9];                      // channel 0's kernel, held in registers
   };
 
   OCTOPUS_HD Item item(int64_t i) const {
@@ -81,6 +82,7 @@ struct Stencil3x3Op {
       it.by_width = FastDivider::make(static_cast<uint32_t>(it.width));
       it.by_plane = FastDivider::make(static_cast<uint32_t>(it.plane));
     }
+    for (int k = 0; k < 9; ++k) it.w0[k] = weight[k];
     return it;
   }
 
@@ -89,71 +91,31 @@ struct Stencil3x3Op {
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
 #ifdef __CUDACC__
-  // The GPU driver's plan and block_search runs. The whole image rows of the run are walked
-  // down in columns: lane l takes columns l, l + 32, ... and slides a 3 x 3 window down its
-  // column, so that each pixel costs three new reads (one source row) instead of nine. The
-  // partial rows at the two ends of the run go pixel by pixel. Narrow items, huge ones and
-  // the adjoint go element by element.
+  // The GPU driver's plan and block_search runs: lane l takes elements g0 + l, g0 + l + 32,
+  // ... and steps its pixel coordinates by 32 instead of dividing them out per pixel (one
+  // division per lane per run); the kernel stays in registers while the channel does. Narrow
+  // items, huge ones and the adjoint go element by element.
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
     if (kAdjoint || it.width < 16 || !it.fast) {
       for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
       return;
     }
-    const int64_t width = it.width;
-    // [first, last): the run's elements that form whole rows.
-    const int64_t local0 = g0 - it.begin, local1 = g1 - it.begin;
-    int64_t first = (local0 + width - 1) / width * width, last = local1 / width * width;
-    if (first >= last) {
-      first = last = local1;  // no whole row: everything pixel by pixel
-    }
-    for (int64_t g = g0 + lane; g < it.begin + first; g += 32) one(it, g);
-    for (int64_t g = it.begin + last + lane; g < g1; g += 32) one(it, g);
-    for (int64_t row = first / width; row < last / width;) {  // rows counted over all planes
-      const int64_t c = row / it.height, y0 = row - c * it.height;
-      const int64_t rows = min(last / width - row, it.height - y0);  // this plane's rows
-      columns(it, c, y0, y0 + rows, lane);
-      row += rows;
-    }
-  }
-
-  // Rows [y0, y1) of plane c, one column per lane at a time, the window sliding down.
-  __device__ void columns(const Item& it, int64_t c, int64_t y0, int64_t y1, int lane) const {
+    if (g0 + lane >= g1) return;
+    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
+    const uint32_t l = static_cast<uint32_t>(g0 + lane - it.begin);
+    uint32_t c = it.by_plane.div(l);
+    const uint32_t r = l - c * static_cast<uint32_t>(it.plane);
+    uint32_t y = it.by_width.div(r), x = r - y * width;
     acc_t w[9];
-    kernel_of(c, w);
-    const in_t* plane = in + it.begin + c * it.plane;
-    out_t* dst_plane = out + it.begin + c * it.plane;
-    const int64_t width = it.width, last_y = it.height - 1;
-    const bool zero = border == Border::Zero;
-    for (int64_t x = lane; x < width; x += 32) {
-      const int64_t xl = x > 0 ? x - 1 : 0, xr = x < width - 1 ? x + 1 : width - 1;
-      const acc_t k_left = zero && x == 0 ? acc_t(0) : acc_t(1);
-      const acc_t k_right = zero && x == width - 1 ? acc_t(0) : acc_t(1);
-      // Source row y (clamped; zero outside for a zero border) as (left, centre, right).
-      auto read = [&](int64_t y, acc_t* v) {
-        const bool outside = y < 0 || y > last_y;
-        const in_t* line = plane + (y < 0 ? 0 : (y > last_y ? last_y : y)) * width;
-        const acc_t k = zero && outside ? acc_t(0) : acc_t(1);
-        v[0] = k * k_left * static_cast<acc_t>(line[xl]);
-        v[1] = k * static_cast<acc_t>(line[x]);
-        v[2] = k * k_right * static_cast<acc_t>(line[xr]);
-      };
-      // Rows are read one step ahead, so that a row's loads are in flight while the one before
-      // is summed (a clamped or zeroed row past the end is read and not used).
-      acc_t up[3], mid[3], down[3], ahead[3];
-      read(y0 - 1, up);
-      read(y0, mid);
-      read(y0 + 1, down);
-#pragma unroll 1
-      for (int64_t y = y0; y < y1; ++y) {
-        read(y + 2, ahead);
-        dst_plane[y * width + x] = static_cast<out_t>(w[0] * up[0] + w[1] * up[1] + w[2] * up[2] + w[3] * mid[0] +
-                                                      w[4] * mid[1] + w[5] * mid[2] + w[6] * down[0] +
-                                                      w[7] * down[1] + w[8] * down[2]);
-#pragma unroll
-        for (int k = 0; k < 3; ++k) {
-          up[k] = mid[k];
-          mid[k] = down[k];
-          down[k] = ahead[k];
+    kernel_of(it, c, w);
+    for (int64_t g = g0 + lane; g < g1; g += 32) {
+      out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
+      x += 32;
+      while (x >= width) {
+        x -= width;
+        if (++y == height) {
+          y = 0;
+          kernel_of(it, ++c, w);
         }
       }
     }
@@ -167,7 +129,7 @@ struct Stencil3x3Op {
       out[g] = static_cast<out_t>(adjoint_at(it, c, y, x));
     } else {
       acc_t w[9];
-      kernel_of(c, w);
+      kernel_of(it, c, w);
       out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
     }
   }
@@ -193,11 +155,11 @@ struct Stencil3x3Op {
     }
   }
 
-  // Channel c's kernel.
-  OCTOPUS_HD void kernel_of(int64_t c, acc_t* w) const {
+  // Channel c's kernel (channel 0's is held by the item).
+  OCTOPUS_HD void kernel_of(const Item& it, int64_t c, acc_t* w) const {
     const acc_t* wc = weight + 9 * (c < channels - 1 ? c : channels - 1);
 #pragma unroll
-    for (int k = 0; k < 9; ++k) w[k] = wc[k];
+    for (int k = 0; k < 9; ++k) w[k] = c == 0 ? it.w0[k] : wc[k];
   }
 
   // The stencil at one pixel: neighbour rows and columns are clamped into the item
