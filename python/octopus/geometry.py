@@ -3,6 +3,7 @@ per-box sizes, and ragged -> ragged resize."""
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Sequence, Union
 
 import torch
@@ -86,9 +87,9 @@ def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, s
     mean_t = None if mean is None else torch.as_tensor(mean, dtype=param, device=values.device).reshape(-1)
     std_t = None if std is None else torch.as_tensor(std, dtype=param, device=values.device).reshape(-1)
     boxes = boxes.to(values.device)
-    if isinstance(size, int) or (isinstance(size, (tuple, list)) and len(size) == 2
-                                 and all(isinstance(v, int) for v in size)):
-        out_h, out_w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    if isinstance(size, numbers.Integral) or (isinstance(size, (tuple, list, torch.Size)) and len(size) == 2
+                                              and all(isinstance(v, numbers.Integral) for v in size)):
+        out_h, out_w = (int(size), int(size)) if isinstance(size, numbers.Integral) else (int(size[0]), int(size[1]))
         return torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, float(scale),
                                              mean_t, std_t, validate)
     hw = _out_sizes(size, boxes)
