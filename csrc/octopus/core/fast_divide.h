@@ -32,40 +32,4 @@ struct FastDivider {
   }
 };
 
-// Coordinates in an item of equal planes of rows ([C, H, W] images): the dividers by the
-// plane and the row, set up once per item, and the split of an element's position in the
-// item into (plane, row, column) — through the dividers where the item has fewer than 2^31
-// elements, 64-bit divisions otherwise.
-struct PlaneDividers {
-  FastDivider by_plane, by_width;
-  bool fast;
-
-  OCTOPUS_HD static PlaneDividers make(int64_t planes, int64_t plane, int64_t width) {
-    PlaneDividers d{};
-    d.fast = plane * planes < (int64_t{1} << 31);
-    if (d.fast) {
-      d.by_plane = FastDivider::make(static_cast<uint32_t>(plane));
-      d.by_width = FastDivider::make(static_cast<uint32_t>(width));
-    }
-    return d;
-  }
-
-  OCTOPUS_HD void split(int64_t local, int64_t plane, int64_t width, int64_t& c, int64_t& y, int64_t& x) const {
-    if (fast) {
-      const uint32_t l = static_cast<uint32_t>(local);
-      const uint32_t cc = by_plane.div(l);
-      const uint32_t r = l - cc * static_cast<uint32_t>(plane);
-      const uint32_t yy = by_width.div(r);
-      c = cc;
-      y = yy;
-      x = r - yy * static_cast<uint32_t>(width);
-    } else {
-      c = local / plane;
-      const int64_t r = local - c * plane;
-      y = r / width;
-      x = r - y * width;
-    }
-  }
-};
-
 }  // namespace octopus

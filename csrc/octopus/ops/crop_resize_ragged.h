@@ -50,7 +50,8 @@ struct CropResizeRaggedOp {
   struct Item {
     CropBox box;
     int64_t begin, out_h, out_w, plane;
-    PlaneDividers dividers;
+    bool fast;  // fewer than 2^31 output elements: 32-bit coordinates
+    FastDivider by_width, by_plane;
     float scale_y, scale_x;  // box size / output size
   };
 
@@ -64,7 +65,11 @@ struct CropResizeRaggedOp {
     it.plane = it.out_h * it.out_w;
     it.scale_y = static_cast<float>(it.box.h) / static_cast<float>(it.out_h);
     it.scale_x = static_cast<float>(it.box.w) / static_cast<float>(it.out_w);
-    it.dividers = PlaneDividers::make(channels, it.plane, it.out_w);
+    it.fast = it.plane * channels < (int64_t{1} << 31);
+    if (it.fast) {
+      it.by_width = FastDivider::make(static_cast<uint32_t>(it.out_w));
+      it.by_plane = FastDivider::make(static_cast<uint32_t>(it.plane));
+    }
     return it;
   }
 
@@ -109,7 +114,21 @@ struct CropResizeRaggedOp {
 
  private:
   OCTOPUS_HD void coordinates(const Item& it, int64_t g, int64_t& c, int64_t& y, int64_t& x) const {
-    it.dividers.split(g - it.begin, it.plane, it.out_w, c, y, x);
+    const int64_t local = g - it.begin;
+    if (it.fast) {
+      const uint32_t l = static_cast<uint32_t>(local);
+      const uint32_t cc = it.by_plane.div(l);
+      const uint32_t r = l - cc * static_cast<uint32_t>(it.plane);
+      const uint32_t yy = it.by_width.div(r);
+      c = cc;
+      y = yy;
+      x = r - yy * static_cast<uint32_t>(it.out_w);
+    } else {
+      c = local / it.plane;
+      const int64_t r = local - c * it.plane;
+      y = r / it.out_w;
+      x = r - y * it.out_w;
+    }
     c = c < channels - 1 ? c : channels - 1;
   }
 

@@ -61,7 +61,8 @@ struct Stencil3x3Op {
   struct Item {
     int64_t begin;
     int64_t height, width, plane;
-    PlaneDividers dividers;
+    bool fast;                        // fewer than 2^31 elements: 32-bit coordinates
+    FastDivider by_width, by_plane;
     acc_t w0[9];                      // channel 0's kernel, held in registers
   };
 
@@ -76,7 +77,11 @@ struct Stencil3x3Op {
     // every read then stays at its own element.
     if (it.height * it.width * planes > num_values - it.begin) it.height = it.width = 1;
     it.plane = it.height * it.width;
-    it.dividers = PlaneDividers::make(planes, it.plane, it.width);
+    it.fast = it.plane * planes < (int64_t{1} << 31);
+    if (it.fast) {
+      it.by_width = FastDivider::make(static_cast<uint32_t>(it.width));
+      it.by_plane = FastDivider::make(static_cast<uint32_t>(it.plane));
+    }
     for (int k = 0; k < 9; ++k) it.w0[k] = weight[k];
     return it;
   }
@@ -91,15 +96,16 @@ struct Stencil3x3Op {
   // division per lane per run); the kernel stays in registers while the channel does. Narrow
   // items, huge ones and the adjoint go element by element.
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
-    if (kAdjoint || it.width < 16 || !it.dividers.fast) {
+    if (kAdjoint || it.width < 16 || !it.fast) {
       for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
       return;
     }
     if (g0 + lane >= g1) return;
     const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
-    int64_t c0, y0, x0;
-    coordinates(it, g0 + lane, c0, y0, x0);
-    uint32_t c = static_cast<uint32_t>(c0), y = static_cast<uint32_t>(y0), x = static_cast<uint32_t>(x0);
+    const uint32_t l = static_cast<uint32_t>(g0 + lane - it.begin);
+    uint32_t c = it.by_plane.div(l);
+    const uint32_t r = l - c * static_cast<uint32_t>(it.plane);
+    uint32_t y = it.by_width.div(r), x = r - y * width;
     acc_t w[9];
     kernel_of(it, c, w);
     for (int64_t g = g0 + lane; g < g1; g += 32) {
@@ -132,7 +138,21 @@ struct Stencil3x3Op {
   OCTOPUS_HD static int64_t positive(int64_t e) { return e > 0 ? e : 1; }
 
   OCTOPUS_HD void coordinates(const Item& it, int64_t g, int64_t& c, int64_t& y, int64_t& x) const {
-    it.dividers.split(g - it.begin, it.plane, it.width, c, y, x);
+    const int64_t local = g - it.begin;
+    if (it.fast) {
+      const uint32_t l = static_cast<uint32_t>(local);
+      const uint32_t cc = it.by_plane.div(l);
+      const uint32_t r = l - cc * static_cast<uint32_t>(it.plane);
+      const uint32_t yy = it.by_width.div(r);
+      c = cc;
+      y = yy;
+      x = r - yy * static_cast<uint32_t>(it.width);
+    } else {
+      c = local / it.plane;
+      const int64_t r = local - c * it.plane;
+      y = r / it.width;
+      x = r - y * it.width;
+    }
   }
 
   // Channel c's kernel (channel 0's is held by the item).
