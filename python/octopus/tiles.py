@@ -48,12 +48,12 @@ def tile_filter(image: torch.Tensor, tiles: torch.Tensor, threshold: float, *, m
     bounds = [(-math.inf if min_mean is None else float(min_mean)), (math.inf if max_mean is None else float(max_mean)),
               (0.0 if min_fraction is None else float(min_fraction)),
               (1.0 if max_fraction is None else float(max_fraction))]
-    mean, fraction, keep = torch.ops.octopus.tile_stats(image, tiles.to(image.device), float(threshold), *bounds,
-                                                        validate)
+    tiles = tiles.to(image.device)
+    mean, fraction, keep = torch.ops.octopus.tile_stats(image, tiles, float(threshold), *bounds, validate)
     if not gather:
         return TileFilter(mean, fraction, keep)
     kept_index = keep.nonzero().squeeze(1)
-    chosen = tiles.to(image.device)[kept_index]
+    chosen = tiles[kept_index]
     boxes = torch.cat([torch.zeros_like(chosen[:, :1]), chosen], dim=1)
     frame = (image if image.dim() == 3 else image.unsqueeze(0)).unsqueeze(0)
     kept = crop_resize(frame, boxes, None, validate=False)

@@ -82,12 +82,17 @@ def test_gradient(device):
                                                            std=[2.0, 0.5]), (src,))
 
 
-def test_opcheck(device):
-    src = frames(2, 2, 9, 11, device, torch.float32)
-    values = src.reshape(-1)
+def two_frames(device):
+    """values, offsets, sizes and two boxes of a packed batch of two 2 x 9 x 11 frames."""
+    values = frames(2, 2, 9, 11, device, torch.float32).reshape(-1)
     offsets = torch.tensor([0, 198, 396], device=device)
     sizes = torch.tensor([[2, 9, 11], [2, 9, 11]], device=device)
     boxes = torch.tensor([[0, 1, 2, 8, 10], [1, 0, 0, 9, 11]], device=device)
+    return values, offsets, sizes, boxes
+
+
+def test_opcheck(device):
+    values, offsets, sizes, boxes = two_frames(device)
     torch.library.opcheck(torch.ops.octopus.crop_resize.default,
                           (values, offsets, sizes, boxes, 2, 5, 7, 1.0, None, torch.ones(2, device=device), True))
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import octopus
-from test_crop_resize import DTYPES, frames, random_boxes, reference
+from test_crop_resize import DTYPES, frames, random_boxes, reference, two_frames
 
 
 def per_box_reference(images, boxes, sizes, scale=1.0, mean=None, std=None):
@@ -91,11 +91,7 @@ def test_gradient(device):
 
 
 def test_opcheck(device):
-    src = frames(2, 2, 9, 11, device, torch.float32)
-    values = src.reshape(-1)
-    offsets = torch.tensor([0, 198, 396], device=device)
-    sizes = torch.tensor([[2, 9, 11], [2, 9, 11]], device=device)
-    boxes = torch.tensor([[0, 1, 2, 8, 10], [1, 0, 0, 9, 11]], device=device)
+    values, offsets, sizes, boxes = two_frames(device)
     out_sizes = torch.tensor([[2, 3, 4], [2, 9, 11]], device=device)
     out_offsets = torch.tensor([0, 24, 222], device=device)
     torch.library.opcheck(torch.ops.octopus.crop_resize_ragged.default,

@@ -6,23 +6,13 @@ import pytest
 import torch
 
 import octopus
+from octopus.bench.filters import grid_tiles as bench_grid_tiles
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8]
 
 
 def grid_tiles(h, w, lo, hi, seed=0):
-    """Tiles of random heights and widths in [lo, hi] covering an h x w image (edge tiles may be smaller)."""
-    g = torch.Generator().manual_seed(seed)
-    rows, y = [], 0
-    while y < h:
-        th = int(torch.randint(lo, hi + 1, (1,), generator=g))
-        x = 0
-        while x < w:
-            tw = int(torch.randint(lo, hi + 1, (1,), generator=g))
-            rows.append([y, x, min(y + th, h), min(x + tw, w)])
-            x += tw
-        y += th
-    return torch.tensor(rows, dtype=torch.int64)
+    return bench_grid_tiles(h, w, lo, hi, torch.Generator().manual_seed(seed))
 
 
 def reference(image, tiles, threshold):

@@ -81,16 +81,16 @@ def _stencil_baselines(batch, hw, weight, got, measurer: Measurer, repeats: int,
         row("torch conv2d per image", None, note=f"skipped: {m} images (run only up to {loop_max_items})")
 
 
-def grid_tiles(side: int, lo: int, hi: int, g: torch.Generator) -> torch.Tensor:
-    """Tiles of random heights and widths in [lo, hi] covering a side x side image, row band
-    by row band (edge tiles are cut to the image)."""
+def grid_tiles(height: int, width: int, lo: int, hi: int, g: torch.Generator) -> torch.Tensor:
+    """Tiles of random heights and widths in [lo, hi] covering a height x width image, row
+    band by row band (edge tiles are cut to the image)."""
     rows, y = [], 0
-    while y < side:
+    while y < height:
         th = int(torch.randint(lo, hi + 1, (1,), generator=g))
         x = 0
-        while x < side:
+        while x < width:
             tw = int(torch.randint(lo, hi + 1, (1,), generator=g))
-            rows.append([y, x, min(y + th, side), min(x + tw, side)])
+            rows.append([y, x, min(y + th, height), min(x + tw, width)])
             x += tw
         y += th
     return torch.tensor(rows, dtype=torch.int64)
@@ -104,7 +104,7 @@ def run_tiles(measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool
     shrink = 1 if scale_down == 1 else 16
     side, lo, hi = TILE_SIDE // shrink, TILE_MIN // shrink, TILE_MAX // shrink
     g = torch.Generator().manual_seed(2)
-    tiles = grid_tiles(side, lo, hi, g).to(device)
+    tiles = grid_tiles(side, side, lo, hi, g).to(device)
     # Ground in [0, 0.7) under bright cloud fields (+0.5) that cover about a third of the image.
     field = F.interpolate(torch.rand(1, 1, 24, 24, generator=g), size=(side, side), mode="bilinear",
                           align_corners=False)[0]
