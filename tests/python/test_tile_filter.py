@@ -34,11 +34,14 @@ def random_image(shape, dtype, seed=1):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("channels", [None, 3])
-def test_stats_and_keep(device, dtype, channels):
-    shape = (197, 263) if channels is None else (channels, 197, 263)
+@pytest.mark.parametrize("width", [263, 272])  # rows of single values; rows of whole 16-byte vectors
+def test_stats_and_keep(device, dtype, channels, width):
+    shape = (197, width) if channels is None else (channels, 197, width)
     image = random_image(shape, dtype)
-    tiles = torch.cat([grid_tiles(197, 263, 8, 70), torch.tensor([[0, 0, 1, 1], [196, 262, 197, 263],
-                                                                  [0, 0, 197, 263], [10, 10, 60, 200]])])
+    # Tiles start at every alignment and are 1 to 70 wide (heads and tails of single values).
+    tiles = torch.cat([grid_tiles(197, width, 8, 70), torch.tensor([[0, 0, 1, 1], [196, width - 1, 197, width],
+                                                                    [0, 0, 197, width], [10, 10, 60, 200],
+                                                                    [3, 5, 9, 6], [3, 7, 90, 25], [0, 1, 5, 17]])])
     threshold = 128.0 if dtype == torch.uint8 else 0.5
     res = octopus.tile_filter(image.to(device), tiles.to(device), threshold, min_mean=threshold * 0.95,
                               max_fraction=0.55)
@@ -48,6 +51,18 @@ def test_stats_and_keep(device, dtype, channels):
     assert torch.equal(res.keep.cpu(), (mean >= threshold * 0.95) & (fraction <= 0.55))
     assert res.kept is None and res.kept_index is None
     assert 0 < int(res.keep.sum()) < len(tiles)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_image_not_on_a_vector_boundary(device, dtype):
+    """A contiguous view starting one element into its storage: single loads throughout."""
+    flat = random_image((1 + 3 * 64 * 128,), dtype, seed=6).to(device)
+    image = flat[1:].view(3, 64, 128)
+    tiles = grid_tiles(64, 128, 5, 40, seed=7).to(device)
+    res = octopus.tile_filter(image, tiles, 0.5 if dtype != torch.uint8 else 100.0)
+    mean, fraction = reference(image.cpu(), tiles.cpu(), 0.5 if dtype != torch.uint8 else 100.0)
+    torch.testing.assert_close(res.mean.cpu(), mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.fraction.cpu(), fraction, rtol=0, atol=1e-15)
 
 
 def test_gather_kept_tiles(device):

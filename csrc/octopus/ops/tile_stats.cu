@@ -1,6 +1,7 @@
 // octopus::tile_stats — CUDA: one launch for every tile. Block (tile, split) sums its share
-// of the tile's rows (a warp per row, float64 sums) into per-tile accumulators; the last
-// block of a tile to finish turns them into the mean, the fraction and the keep flag.
+// of the tile's rows (a warp per row, 16-byte loads, float64 sums) into per-tile
+// accumulators; the last block of a tile to finish turns them into the mean, the fraction
+// and the keep flag.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -8,6 +9,7 @@
 
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/dtypes.h"
+#include "octopus/core/vec.h"
 #include "octopus/ops/tile_stats.h"
 
 namespace octopus {
@@ -28,14 +30,56 @@ __global__ void __launch_bounds__(cuda::kThreads) tile_stats_kernel(
   const int64_t rows = channels * b.h;
   double sum = 0;
   unsigned long long above = 0;
-  for (int64_t r = int64_t{split} * cuda::kWarpsPerBlock + warp; r < rows; r += int64_t{splits} * cuda::kWarpsPerBlock) {
+  auto add = [&](T value) {
+    const double v = static_cast<double>(value);
+    sum += v;
+    above += v > threshold;
+  };
+  // When the image starts on a 16-byte boundary and its width is whole vectors, every row of
+  // the tile has the same alignment: a head of single values up to a boundary, whole
+  // vectors, a tail of single values.
+  constexpr int kV = 16 / sizeof(T);
+  using V = Vec<T, kV>;
+  const bool vectors = width % kV == 0 && reinterpret_cast<uintptr_t>(image) % 16 == 0;
+  const int64_t head = vectors ? min((int64_t{kV} - b.x0 % kV) % kV, b.w) : 0;
+  const int64_t nv = vectors ? (b.w - head) / kV : 0;
+  const int64_t tail = head + nv * kV;
+  auto line_of = [&](int64_t r) {
     const int64_t c = r / b.h, y = r - c * b.h;
-    const T* line = image + (c * height + b.y0 + y) * width + b.x0;
-#pragma unroll 4
-    for (int64_t x = lane; x < b.w; x += 32) {
-      const double v = static_cast<double>(line[x]);
-      sum += v;
-      above += v > threshold;
+    return image + (c * height + b.y0 + y) * width + b.x0;
+  };
+  // A warp per row, kRows rows (a stride apart) at a time so that their loads are in flight together.
+  constexpr int kRows = 2;
+  const int64_t stride = int64_t{splits} * cuda::kWarpsPerBlock;
+  for (int64_t r = int64_t{split} * cuda::kWarpsPerBlock + warp; r < rows; r += kRows * stride) {
+    const T* line[kRows];
+    bool has[kRows];
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      has[j] = r + j * stride < rows;
+      line[j] = has[j] ? line_of(r + j * stride) : image;
+      if (!has[j]) continue;
+      if (lane < head) add(line[j][lane]);
+      for (int64_t x = tail + lane; x < b.w; x += 32) add(line[j][x]);
+    }
+    for (int64_t x = lane; x < nv; x += 2 * 32) {
+      V v[kRows][2];
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (has[j] && x + u * 32 < nv) v[j][u] = *reinterpret_cast<const V*>(line[j] + head + (x + u * 32) * kV);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (!has[j] || x + u * 32 >= nv) continue;
+#pragma unroll
+          for (int k = 0; k < kV; ++k) add(v[j][u].v[k]);
+        }
+      }
     }
   }
   for (int d = 16; d > 0; d >>= 1) {
