@@ -63,7 +63,8 @@ def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, s
     of ``(image, y0, x0, y1, x1)``: the crop is ``image[:, y0:y1, x0:x1]`` (end exclusive), and
     its output equals ``F.interpolate(crop[None], (h, w), mode="bilinear",
     align_corners=False)[0]`` (no antialiasing: ``antialias=True`` would differ when
-    shrinking). ``size`` says the output:
+    shrinking; sampling coordinates in float32 for every dtype, as torch computes them for
+    float32 images). ``size`` says the output:
 
     * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor;
     * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`;

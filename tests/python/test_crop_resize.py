@@ -36,8 +36,10 @@ def random_boxes(shapes, k, seed=1):
 def reference(images, boxes, size, scale=1.0, mean=None, std=None):
     outs = []
     for i, y0, x0, y1, x1 in boxes.tolist():
-        crop = images[i][:, y0:y1, x0:x1].double()
-        r = F.interpolate(crop[None], size=size, mode="bilinear", align_corners=False)[0] * scale
+        # float32 sampling coordinates, as torch computes them for float32 images (the op's
+        # convention for every dtype; for float64 images torch's own are float64)
+        crop = images[i][:, y0:y1, x0:x1].float()
+        r = F.interpolate(crop[None], size=size, mode="bilinear", align_corners=False)[0].double() * scale
         if mean is not None:
             r = (r - torch.tensor(mean, dtype=torch.float64).view(-1, 1, 1)) / torch.tensor(std, dtype=torch.float64).view(-1, 1, 1)
         outs.append(r)
@@ -45,7 +47,8 @@ def reference(images, boxes, size, scale=1.0, mean=None, std=None):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("size", [(7, 5), (24, 31), (1, 1)])
+# (224, 224): whole 16-byte quads and several row bands; (3, 1100): more column groups than threads
+@pytest.mark.parametrize("size", [(7, 5), (24, 31), (1, 1), (224, 224), (3, 1100)])
 def test_dense_frames(device, dtype, size):
     src = frames(3, 3, 37, 53, device, dtype)
     boxes = random_boxes([(37, 53)] * 3, 40).to(device)

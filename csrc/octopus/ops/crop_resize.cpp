@@ -49,6 +49,8 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
     const int64_t* bx = b.data_ptr<int64_t>();
     for (int64_t i = 0; i < m; ++i) {
       TORCH_CHECK_VALUE(sz[3 * i] == channels, "image ", i, " has ", sz[3 * i], " channels, expected ", channels);
+      TORCH_CHECK_VALUE(sz[3 * i + 1] < (int64_t{1} << 31) && sz[3 * i + 2] < (int64_t{1} << 31), "image ", i,
+                        " is ", sz[3 * i + 1], " x ", sz[3 * i + 2], "; crops need sides below 2^31");
     }
     for (int64_t k = 0; k < b.size(0); ++k) {
       const int64_t* r = bx + 5 * k;

@@ -1,5 +1,5 @@
-// octopus::crop_resize and its backward — CUDA kernels, a warp per output row. The backward
-// adds into the source with atomics (crops may overlap).
+// octopus::crop_resize and its backward — CUDA kernels. The backward (a warp per output
+// row) adds into the source with atomics (crops may overlap).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -8,14 +8,79 @@
 
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/dtypes.h"
+#include "octopus/core/vec.h"
 #include "octopus/ops/crop_resize.h"
 
 namespace octopus {
 namespace {
 
-// A warp per output row (box, channel, oy): the row's box and vertical tap are worked out
-// once, then the lanes walk the row (consecutive lanes, consecutive outputs: coalesced
-// stores, and neighbouring lanes read the same source lines).
+// Forward: block (plane, band) makes rows of one output plane (box k, channel c); the box
+// is read once per block. Thread (tx, ty) of the block makes the kQuad neighbouring outputs
+// of column group tx in rows ty, ty + rows per pass, ...: its horizontal taps are worked out
+// once (32-bit), then each row costs a vertical tap, two source lines of reads and one
+// vector store (a row's stores are one contiguous run).
+constexpr int kQuad = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
+    const T* __restrict__ in, out_type<T>* __restrict__ out, const int64_t* __restrict__ offsets,
+    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t channels,
+    int out_h, int out_w, acc_type<T> scale, const acc_type<T>* __restrict__ mean,
+    const acc_type<T>* __restrict__ std) {
+  using acc_t = acc_type<T>;
+  using O = out_type<T>;
+  const int quads = (out_w + kQuad - 1) / kQuad;
+  const int threads_x = min(quads, cuda::kThreads), rows_per_pass = cuda::kThreads / threads_x;
+  const int tx = threadIdx.x % threads_x, ty = threadIdx.x / threads_x;
+  if (ty >= rows_per_pass) return;
+  const int64_t plane = blockIdx.x;
+  const int64_t k = plane / channels, c = plane - k * channels;
+  const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
+  const T* src = in + b.base + c * b.plane + b.y0 * b.width + b.x0;
+  const acc_t m = __ldg(mean + c), inv_sd = acc_t(1) / __ldg(std + c);
+  // 32-bit taps: image sides are below 2^31 (checked with the boxes; unchecked larger crops
+  // are cut to 2^31 - 1, which keeps every read inside the image).
+  constexpr int64_t kMaxSide = (int64_t{1} << 31) - 1;
+  const int crop_h = static_cast<int>(min(b.h, kMaxSide)), crop_w = static_cast<int>(min(b.w, kMaxSide));
+  const float sy = static_cast<float>(crop_h) / static_cast<float>(out_h);
+  const float sx = static_cast<float>(crop_w) / static_cast<float>(out_w);
+  O* dst_plane = out + plane * out_h * out_w;
+  const bool vector_rows = out_w % kQuad == 0;  // every quad whole and aligned
+  for (int q = tx; q < quads; q += threads_x) {
+    const int ox0 = q * kQuad;
+    BilinearTapOf<int> taps[kQuad];
+#pragma unroll
+    for (int j = 0; j < kQuad; ++j) taps[j] = bilinear_tap_scaled<int>(ox0 + j, sx, crop_w);  // past out_w: in the crop
+    for (int oy = blockIdx.y * rows_per_pass + ty; oy < out_h; oy += gridDim.y * rows_per_pass) {
+      const BilinearTapOf<int> tv = bilinear_tap_scaled<int>(oy, sy, crop_h);
+      const T* line0 = src + static_cast<int64_t>(tv.i0) * b.width;
+      const T* line1 = src + static_cast<int64_t>(tv.i1) * b.width;
+      const acc_t wy = tv.w;
+      Vec<O, kQuad> v;
+#pragma unroll
+      for (int j = 0; j < kQuad; ++j) {
+        const acc_t wx = taps[j].w;
+        const acc_t top =
+            (1 - wx) * static_cast<acc_t>(line0[taps[j].i0]) + wx * static_cast<acc_t>(line0[taps[j].i1]);
+        const acc_t bottom =
+            (1 - wx) * static_cast<acc_t>(line1[taps[j].i0]) + wx * static_cast<acc_t>(line1[taps[j].i1]);
+        v.v[j] = static_cast<O>((((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
+      }
+      O* dst = dst_plane + static_cast<int64_t>(oy) * out_w + ox0;
+      if (vector_rows) {
+        *reinterpret_cast<Vec<O, kQuad>*>(dst) = v;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kQuad; ++j) {
+          if (ox0 + j < out_w) dst[j] = v.v[j];
+        }
+      }
+    }
+  }
+}
+
+// Backward: a warp per output row (box, channel, oy): the row's box and vertical tap are
+// worked out once, then the lanes walk the row (consecutive lanes, consecutive outputs).
 struct CropRow {
   CropBox box;
   BilinearTap ty;
@@ -28,32 +93,6 @@ __device__ __forceinline__ CropRow crop_row(int64_t row, const int64_t* __restri
   const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
   const CropBox b = crop_box(boxes, k, offsets, sizes, num_images);
   return {b, bilinear_tap(oy, out_h, b.h), c};
-}
-
-template <typename T>
-__global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
-    const T* __restrict__ in, out_type<T>* __restrict__ out, const int64_t* __restrict__ offsets,
-    const int64_t* __restrict__ sizes, const int64_t* __restrict__ boxes, int64_t num_images, int64_t rows,
-    int64_t channels, int64_t out_h, int64_t out_w, acc_type<T> scale, const acc_type<T>* __restrict__ mean,
-    const acc_type<T>* __restrict__ std) {
-  using acc_t = acc_type<T>;
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
-  for (int64_t row = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; row < rows; row += warps) {
-    const CropRow r = crop_row(row, boxes, offsets, sizes, num_images, channels, out_h);
-    const CropBox& b = r.box;
-    const T* line0 = in + b.base + r.c * b.plane + (b.y0 + r.ty.i0) * b.width + b.x0;
-    const T* line1 = in + b.base + r.c * b.plane + (b.y0 + r.ty.i1) * b.width + b.x0;
-    const acc_t wy = r.ty.w, m = __ldg(mean + r.c), inv_sd = acc_t(1) / __ldg(std + r.c);
-    out_type<T>* dst = out + row * out_w;
-    for (int64_t ox = lane; ox < out_w; ox += 32) {
-      const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
-      const acc_t wx = tx.w;
-      const acc_t top = (1 - wx) * static_cast<acc_t>(line0[tx.i0]) + wx * static_cast<acc_t>(line0[tx.i1]);
-      const acc_t bottom = (1 - wx) * static_cast<acc_t>(line1[tx.i0]) + wx * static_cast<acc_t>(line1[tx.i1]);
-      dst[ox] = static_cast<out_type<T>>((((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
-    }
-  }
 }
 
 template <typename acc_t>
@@ -95,16 +134,24 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
   CropResizeArgs a = prepare_crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std,
                                          validate && may_sync());
   a.out = crop_resize_output(a);
-  const int64_t rows = a.out.numel() / out_w;
-  if (rows == 0) return a.out;
+  if (a.out.numel() == 0) return a.out;
+  TORCH_CHECK_VALUE(out_h < (int64_t{1} << 31) && out_w < (int64_t{1} << 31), "the output size ", out_h, " x ", out_w,
+                    " is too large");
+  const int64_t quads = (out_w + kQuad - 1) / kQuad;
+  const int64_t rows_per_pass = cuda::kThreads / std::min<int64_t>(quads, cuda::kThreads);
+  // Bands per plane: about four rows per thread.
+  const int64_t bands = std::clamp<int64_t>((out_h + 4 * rows_per_pass - 1) / (4 * rows_per_pass), 1, 65535);
+  const int64_t planes = a.boxes.size(0) * channels;
+  TORCH_CHECK_VALUE(planes < (int64_t{1} << 31), "at most 2^31 - 1 crops x channels, got ", planes);
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     using acc_t = acc_type<T>;
-    crop_resize_kernel<T><<<static_cast<unsigned>(grid_for(rows)), cuda::kThreads, 0,
+    crop_resize_kernel<T><<<dim3(static_cast<unsigned>(planes), static_cast<unsigned>(bands)), cuda::kThreads, 0,
                             c10::cuda::getCurrentCUDAStream()>>>(
         a.values.data_ptr<T>(), a.out.data_ptr<out_type<T>>(), a.offsets.data_ptr<int64_t>(),
-        a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, rows, channels, out_h,
-        out_w, static_cast<acc_t>(scale), a.mean.data_ptr<acc_t>(), a.std.data_ptr<acc_t>());
+        a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, channels,
+        static_cast<int>(out_h), static_cast<int>(out_w), static_cast<acc_t>(scale), a.mean.data_ptr<acc_t>(),
+        a.std.data_ptr<acc_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return a.out;

@@ -5,8 +5,9 @@
 // A box is (image, y0, x0, y1, x1): the crop image[:, y0:y1, x0:x1] (integers, end
 // exclusive). The sampling is torch's upsample_bilinear2d with align_corners=False and no
 // antialiasing, so each output equals F.interpolate(crop[None], (out_h, out_w),
-// mode="bilinear", align_corners=False) of that crop. Every output element is computed on
-// its own (a dense output, no item locator): element -> (box, channel, oy, ox).
+// mode="bilinear", align_corners=False) of that crop — with the sampling coordinates in
+// float32 for every dtype, as torch computes them for float32 images (torch uses float64
+// ones for float64 images: at large upscaling the two differ by ~1e-5 relative).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,19 +20,30 @@
 namespace octopus {
 
 // Where one output coordinate samples the crop: rows/cols i0 and i1 = i0 + (i0 < n - 1),
-// weight w of i1 (1 - w of i0).
-struct BilinearTap {
-  int64_t i0, i1;
+// weight w of i1 (1 - w of i0). Index: int64_t, or int where the crop's sizes fit (cheaper
+// on the GPU).
+template <typename Index>
+struct BilinearTapOf {
+  Index i0, i1;
   float w;
 };
+using BilinearTap = BilinearTapOf<int64_t>;
 
 // `scale` = in_size / out_size as a float (what torch computes for align_corners=False).
-OCTOPUS_HD BilinearTap bilinear_tap_scaled(int64_t out_index, float scale, int64_t in_size) {
+// (Index is named, never deduced: callers pass mixed integer types. C++17: no type_identity.)
+template <typename T>
+struct NonDeduced {
+  using type = T;
+};
+
+template <typename Index = int64_t>
+OCTOPUS_HD BilinearTapOf<Index> bilinear_tap_scaled(typename NonDeduced<Index>::type out_index, float scale,
+                                                    typename NonDeduced<Index>::type in_size) {
   float src = (static_cast<float>(out_index) + 0.5f) * scale - 0.5f;
   src = src < 0.f ? 0.f : src;
-  int64_t i0 = static_cast<int64_t>(src);
+  Index i0 = static_cast<Index>(src);
   if (i0 > in_size - 1) i0 = in_size - 1;
-  const int64_t i1 = i0 + (i0 < in_size - 1 ? 1 : 0);
+  const Index i1 = i0 + (i0 < in_size - 1 ? 1 : 0);
   return {i0, i1, src - static_cast<float>(i0)};
 }
 
