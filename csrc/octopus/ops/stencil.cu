@@ -11,6 +11,9 @@
 namespace octopus {
 namespace {
 
+static_assert(Stencil3x3Op<float, float, float, false>::kStageWarps == cuda::kWarpsPerBlock,
+              "the stencil's staged runs need one shared-memory slice per warp of the driver's blocks");
+
 template <bool kAdjoint>
 at::Tensor stencil_cuda(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                         const at::Tensor& weight, c10::string_view border, c10::string_view strategy,

@@ -91,11 +91,19 @@ struct Stencil3x3Op {
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
 #ifdef __CUDACC__
-  // The GPU driver's plan and block_search runs: lane l takes elements g0 + l, g0 + l + 32,
-  // ... and steps its pixel coordinates by 32 instead of dividing them out per pixel (one
-  // division per lane per run); the kernel stays in registers while the channel does. Narrow
-  // items, huge ones and the adjoint go element by element.
+  // The staged runs' shared memory: a slice of kStageBytes per warp of the driver's blocks.
+  static constexpr int kStageWarps = 8;  // the driver's warps per block (checked in stencil.cu)
+  static constexpr int kStageElems = 5632 / sizeof(acc_t);  // 44 KB per block
+
+  // The GPU driver's plan and block_search runs. The forward stencil of an item whose rows
+  // fit three at a time in the warp's slice is staged (staged_segment); otherwise lane l
+  // takes elements g0 + l, g0 + l + 32, ... and steps its pixel coordinates by 32 instead of
+  // dividing them out per pixel; narrow items, huge ones and the adjoint go element by element.
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    if (!kAdjoint && it.fast && 3 * (it.width + 2) <= kStageElems) {
+      staged_segment(it, g0, g1, lane);
+      return;
+    }
     if (kAdjoint || it.width < 16 || !it.fast) {
       for (int64_t g = g0 + lane; g < g1; g += 32) one(it, g);
       return;
@@ -119,6 +127,119 @@ struct Stencil3x3Op {
         }
       }
     }
+  }
+
+  // The rows of the run, channel by channel, through a ring of kStageElems / (W + 2) staged
+  // rows in the warp's slice of shared memory: the warp copies image rows into the ring
+  // (each row once, plus the row above and below the run), each with a column on either side
+  // and the item's border applied (clamped, or zeros); then lane x walks down column x with
+  // the 3 x 3 window in registers: three shared reads and nine multiply-adds per pixel, no
+  // border tests.
+  __device__ void staged_segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    __shared__ acc_t stage_all[kStageWarps][kStageElems];
+    acc_t* ring = stage_all[threadIdx.x >> 5];
+    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
+    const uint32_t stride = width + 2, slots = kStageElems / stride;  // at least 3
+    const uint32_t l0 = static_cast<uint32_t>(g0 - it.begin), l1 = static_cast<uint32_t>(g1 - it.begin);
+    const uint32_t q_end = it.by_width.div(l1 - 1) + 1;  // rows (over all channels) of the run
+    for (uint32_t q = it.by_width.div(l0); q < q_end;) {
+      const uint32_t c = it.by_plane.div(q * width), ya = q - c * height;
+      const uint32_t n = min(height - ya, q_end - q);  // output rows in channel c
+      const in_t* plane = in + it.begin + static_cast<int64_t>(c) * it.plane;
+      acc_t w[9];
+      kernel_of(it, c, w);
+      // Staged row k (0 .. n + 1) is plane row ya - 1 + k, kept in slot k % slots.
+      for (uint32_t j = 0, staged = 0; j < n;) {
+        const uint32_t upto = min(n + 2, j + slots);  // rows j and j + 1 stay in the ring
+        stage_rows(it, plane, ring, ya, staged, upto, slots, lane);
+        staged = upto;
+        const uint32_t slot_up = j % slots, slot_mid = slot_up + 1 == slots ? 0 : slot_up + 1;
+        for (uint32_t x = lane; x < width; x += 32) {
+          const acc_t* up = ring + slot_up * stride + x;
+          const acc_t* mid = ring + slot_mid * stride + x;
+          acc_t a0 = up[0], a1 = up[1], a2 = up[2], b0 = mid[0], b1 = mid[1], b2 = mid[2];
+          uint32_t slot_down = slot_mid, l = (q + j) * width + x;
+          for (uint32_t r = j; r + 2 < upto; ++r, l += width) {
+            slot_down = slot_down + 1 == slots ? 0 : slot_down + 1;
+            const acc_t* down = ring + slot_down * stride + x;
+            const acc_t c0 = down[0], c1 = down[1], c2 = down[2];
+            const acc_t o = w[0] * a0 + w[1] * a1 + w[2] * a2 + w[3] * b0 + w[4] * b1 + w[5] * b2 +
+                            w[6] * c0 + w[7] * c1 + w[8] * c2;
+            if (l >= l0 && l < l1) out[it.begin + l] = static_cast<out_t>(o);
+            a0 = b0, a1 = b1, a2 = b2;
+            b0 = c0, b1 = c1, b2 = c2;
+          }
+        }
+        __syncwarp();  // every lane is done with these rows before the ring moves on
+        j = upto - 2;
+      }
+      q += n;
+    }
+  }
+
+  // Stages rows [k0, k1) (plane rows ya - 1 + k) into the ring: the rows inside the image
+  // as one contiguous copy (16-byte loads), then the row above or below the image (replicate: its
+  // neighbour; zero: zeros), then every row's two side columns.
+  __device__ void stage_rows(const Item& it, const in_t* plane, acc_t* ring, uint32_t ya, uint32_t k0, uint32_t k1,
+                             uint32_t slots, int lane) const {
+    constexpr int kUnrollLoads = 2;  // 16-byte loads in flight per lane
+    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
+    const uint32_t stride = width + 2;
+    const bool zero = border == Border::Zero;
+    auto row = [&](uint32_t k) { return ring + (k % slots) * stride; };
+    const uint32_t in0 = max(k0, ya == 0 ? 1u : 0u), in1 = min(k1, height + 1 - ya);  // rows inside
+    if (in0 < in1) {  // rows in0 .. in1 - 1 are one contiguous run of the plane
+      const in_t* src = plane + static_cast<int64_t>(ya + in0 - 1) * width;
+      const uint32_t total = (in1 - in0) * width, first_slot = in0 % slots;
+      auto put = [&](uint32_t e, in_t value) {
+        const uint32_t s = it.by_width.div(e);
+        const uint32_t slot = first_slot + s >= slots ? first_slot + s - slots : first_slot + s;
+        ring[slot * stride + 1 + (e - s * width)] = static_cast<acc_t>(value);
+      };
+      // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.
+      constexpr uint32_t kV = 16 / sizeof(in_t);
+      using V = Vec<in_t, kV>;
+      const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(src) % 16);
+      const uint32_t head = misaligned % sizeof(in_t) != 0
+                                ? total
+                                : min(total, (16 - misaligned) % 16 / static_cast<uint32_t>(sizeof(in_t)));
+      for (uint32_t e = lane; e < head; e += 32) put(e, src[e]);
+      const uint32_t vectors = (total - head) / kV;
+      const V* body = reinterpret_cast<const V*>(src + head);
+      for (uint32_t v = lane; v < vectors; v += 32 * kUnrollLoads) {
+        V buf[kUnrollLoads];
+#pragma unroll
+        for (int u = 0; u < kUnrollLoads; ++u) {
+          if (v + 32 * u < vectors) buf[u] = body[v + 32 * u];
+        }
+#pragma unroll
+        for (int u = 0; u < kUnrollLoads; ++u) {
+          if (v + 32 * u >= vectors) continue;
+#pragma unroll
+          for (uint32_t k = 0; k < kV; ++k) put(head + (v + 32 * u) * kV + k, buf[u].v[k]);
+        }
+      }
+      for (uint32_t e = head + vectors * kV + lane; e < total; e += 32) put(e, src[e]);
+    }
+    __syncwarp();
+    // The row above the image (k = 0, when ya = 0) copies row 1; the one below copies the last.
+    auto fill_outside = [&](uint32_t k, uint32_t neighbour) {
+      const acc_t* from = row(neighbour);
+      acc_t* to = row(k);
+      for (uint32_t x = 1 + lane; x <= width; x += 32) to[x] = zero ? acc_t(0) : from[x];
+    };
+    if (k0 < in0) fill_outside(k0, 1);
+    if (in1 < k1) fill_outside(in1, in1 - 1);
+    __syncwarp();
+    for (uint32_t t = lane; t < 2 * (k1 - k0); t += 32) {
+      acc_t* r = row(k0 + (t >> 1));
+      if (t & 1) {
+        r[width + 1] = zero ? acc_t(0) : r[width];
+      } else {
+        r[0] = zero ? acc_t(0) : r[1];
+      }
+    }
+    __syncwarp();
   }
 #endif
 
