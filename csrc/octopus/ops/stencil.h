@@ -91,7 +91,7 @@ struct Stencil3x3Op {
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
 #ifdef __CUDACC__
-  // The staged runs' shared memory: a slice of kStageBytes per warp of the driver's blocks.
+  // The staged runs' shared memory: a slice of 5632 bytes per warp of the driver's blocks.
   static constexpr int kStageWarps = 8;  // the driver's warps per block (checked in stencil.cu)
   static constexpr int kStageElems = 5632 / sizeof(acc_t);  // 44 KB per block
 
