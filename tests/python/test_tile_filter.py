@@ -55,7 +55,8 @@ def test_stats_and_keep(device, dtype, channels, width):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
 def test_image_not_on_a_vector_boundary(device, dtype):
-    """A contiguous view starting one element into its storage: single loads throughout."""
+    """A contiguous view starting one element into its storage: every row's vectors start after
+    a head of single values."""
     flat = random_image((1 + 3 * 64 * 128,), dtype, seed=6).to(device)
     image = flat[1:].view(3, 64, 128)
     tiles = grid_tiles(64, 128, 5, 40, seed=7).to(device)

@@ -199,10 +199,7 @@ struct Stencil3x3Op {
       // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.
       constexpr uint32_t kV = 16 / sizeof(in_t);
       using V = Vec<in_t, kV>;
-      const uint32_t misaligned = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(src) % 16);
-      const uint32_t head = misaligned % sizeof(in_t) != 0
-                                ? total
-                                : min(total, (16 - misaligned) % 16 / static_cast<uint32_t>(sizeof(in_t)));
+      const uint32_t head = min(total, static_cast<uint32_t>(elements_to_vector_boundary(src)));
       for (uint32_t e = lane; e < head; e += 32) put(e, src[e]);
       const uint32_t vectors = (total - head) / kV;
       const V* body = reinterpret_cast<const V*>(src + head);

@@ -35,19 +35,19 @@ __global__ void __launch_bounds__(cuda::kThreads) tile_stats_kernel(
     sum += v;
     above += v > threshold;
   };
-  // When the image starts on a 16-byte boundary and its width is whole vectors, every row of
-  // the tile has the same alignment: a head of single values up to a boundary, whole
-  // vectors, a tail of single values.
-  constexpr int kV = 16 / sizeof(T);
-  using V = Vec<T, kV>;
-  const bool vectors = width % kV == 0 && reinterpret_cast<uintptr_t>(image) % 16 == 0;
-  const int64_t head = vectors ? min((int64_t{kV} - b.x0 % kV) % kV, b.w) : 0;
-  const int64_t nv = vectors ? (b.w - head) / kV : 0;
-  const int64_t tail = head + nv * kV;
   auto line_of = [&](int64_t r) {
     const int64_t c = r / b.h, y = r - c * b.h;
     return image + (c * height + b.y0 + y) * width + b.x0;
   };
+  // When the image's width is whole vectors, every row of the tile has the first row's
+  // alignment: a head of single values up to a 16-byte boundary, whole vectors, a tail of
+  // single values.
+  constexpr int kV = 16 / sizeof(T);
+  using V = Vec<T, kV>;
+  const bool vectors = width % kV == 0;
+  const int64_t head = vectors ? min(elements_to_vector_boundary(line_of(0)), b.w) : 0;
+  const int64_t nv = vectors ? (b.w - head) / kV : 0;
+  const int64_t tail = head + nv * kV;
   // A warp per row, kRows rows (a stride apart) at a time so that their loads are in flight together.
   constexpr int kRows = 2;
   const int64_t stride = int64_t{splits} * cuda::kWarpsPerBlock;
