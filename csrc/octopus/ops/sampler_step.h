@@ -258,13 +258,23 @@ OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P,
   return c;
 }
 
-template <typename scalar_t, typename acc_t>
+// The optional latents a step functor reads. The common sets (none: DDIM with eta 0, Euler,
+// flow Euler; noise: DDIM with eta > 0; history: DPM-Solver++) are compile-time, so that their
+// functors hold registers for their own inputs only (four blocks per SM); kAnyInputs checks
+// every pointer at run time (UniPC, and whatever else a caller combines).
+enum class StepInputs { None, Noise, History, Any };
+
+template <typename scalar_t, typename acc_t, StepInputs kInputs>
 struct SamplerStepOp {
+  static constexpr bool kMayNoise = kInputs == StepInputs::Noise || kInputs == StepInputs::Any;
+  static constexpr bool kMayHistory = kInputs == StepInputs::History || kInputs == StepInputs::Any;
+  static constexpr bool kMayCorrect = kInputs == StepInputs::Any;  // history2 and last_sample
   static constexpr int kVec = 16 / sizeof(scalar_t);
-  // Two vectors of up to six inputs in flight per lane; with the driver's default
-  // 64-register cap (4 blocks per SM) that spills, so this functor is compiled for 2.
   static constexpr int kUnroll = 2;
-  static constexpr int kMinBlocksPerSm = 2;
+  // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
+  // functor is compiled for two blocks per SM, the others for three (80 registers; measured
+  // as fast as four, whose 64-register cap spills more).
+  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any ? 2 : 3;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
@@ -298,18 +308,18 @@ struct SamplerStepOp {
       default: c = sigma_coefficients(params, row, t); break;
     }
     auto f = [](double v) { return static_cast<acc_t>(v); };
-    return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(noise != nullptr ? c.s : 0.0),
-                f(history != nullptr ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), false};
+    return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(reads_noise() ? c.s : 0.0),
+                f(reads_history() ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), false};
   }
 
   OCTOPUS_HD InVec load(int64_t g) const {
     InVec v;
     v.m = *reinterpret_cast<const V*>(model_output + g);
     v.x = *reinterpret_cast<const V*>(sample + g);
-    if (noise != nullptr) v.z = *reinterpret_cast<const V*>(noise + g);
-    if (history != nullptr) v.h = *reinterpret_cast<const V*>(history + g);
-    if (history2 != nullptr) v.h2 = *reinterpret_cast<const V*>(history2 + g);
-    if (last_sample != nullptr) v.l = *reinterpret_cast<const V*>(last_sample + g);
+    if (reads_noise()) v.z = *reinterpret_cast<const V*>(noise + g);
+    if (reads_history()) v.h = *reinterpret_cast<const V*>(history + g);
+    if (reads_history2()) v.h2 = *reinterpret_cast<const V*>(history2 + g);
+    if (reads_last_sample()) v.l = *reinterpret_cast<const V*>(last_sample + g);
     return v;
   }
 
@@ -319,45 +329,55 @@ struct SamplerStepOp {
     for (int k = 0; k < kVec; ++k) {
       acc_t x0, xs;
       prev.v[k] = static_cast<scalar_t>(step(it, static_cast<acc_t>(v.x.v[k]), static_cast<acc_t>(v.m.v[k]),
-                                             value(noise, v.z.v[k]), value(history, v.h.v[k]),
-                                             value(history2, v.h2.v[k]), value(last_sample, v.l.v[k]), &x0, &xs));
+                                             reads_noise() ? acc(v.z.v[k]) : acc_t(0),
+                                             reads_history() ? acc(v.h.v[k]) : acc_t(0),
+                                             reads_history2() ? acc(v.h2.v[k]) : acc_t(0),
+                                             reads_last_sample() ? acc(v.l.v[k]) : acc_t(0), &x0, &xs));
       x0v.v[k] = static_cast<scalar_t>(x0);
       xsv.v[k] = static_cast<scalar_t>(xs);
     }
     *reinterpret_cast<V*>(prev_sample + g) = prev;
     if (pred_x0 != nullptr) *reinterpret_cast<V*>(pred_x0 + g) = x0v;
     if (it.skip) return;
-    if (history2 != nullptr) *reinterpret_cast<V*>(history2 + g) = v.h;
-    if (history != nullptr) *reinterpret_cast<V*>(history + g) = x0v;
-    if (last_sample != nullptr) *reinterpret_cast<V*>(last_sample + g) = xsv;
+    if (reads_history2()) *reinterpret_cast<V*>(history2 + g) = v.h;
+    if (reads_history()) *reinterpret_cast<V*>(history + g) = x0v;
+    if (reads_last_sample()) *reinterpret_cast<V*>(last_sample + g) = xsv;
   }
 
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
     acc_t x0, xs;
-    const scalar_t h = history != nullptr ? history[g] : scalar_t(0);
+    const scalar_t h = reads_history() ? history[g] : scalar_t(0);
     prev_sample[g] = static_cast<scalar_t>(
         step(it, static_cast<acc_t>(sample[g]), static_cast<acc_t>(model_output[g]),
-             noise != nullptr ? static_cast<acc_t>(noise[g]) : acc_t(0), static_cast<acc_t>(h),
-             history2 != nullptr ? static_cast<acc_t>(history2[g]) : acc_t(0),
-             last_sample != nullptr ? static_cast<acc_t>(last_sample[g]) : acc_t(0), &x0, &xs));
+             reads_noise() ? acc(noise[g]) : acc_t(0), acc(h), reads_history2() ? acc(history2[g]) : acc_t(0),
+             reads_last_sample() ? acc(last_sample[g]) : acc_t(0), &x0, &xs));
     if (pred_x0 != nullptr) pred_x0[g] = static_cast<scalar_t>(x0);
     if (it.skip) return;
-    if (history2 != nullptr) history2[g] = h;
-    if (history != nullptr) history[g] = static_cast<scalar_t>(x0);
-    if (last_sample != nullptr) last_sample[g] = static_cast<scalar_t>(xs);
+    if (reads_history2()) history2[g] = h;
+    if (reads_history()) history[g] = static_cast<scalar_t>(x0);
+    if (reads_last_sample()) last_sample[g] = static_cast<scalar_t>(xs);
   }
 
  private:
-  OCTOPUS_HD static acc_t value(const scalar_t* p, scalar_t v) { return p != nullptr ? static_cast<acc_t>(v) : acc_t(0); }
+  OCTOPUS_HD static acc_t acc(scalar_t v) { return static_cast<acc_t>(v); }
+  // Whether the functor reads each optional latent: false at compile time where it cannot.
+  OCTOPUS_HD bool reads_noise() const { return kMayNoise && noise != nullptr; }
+  OCTOPUS_HD bool reads_history() const { return kMayHistory && history != nullptr; }
+  OCTOPUS_HD bool reads_history2() const { return kMayCorrect && history2 != nullptr; }
+  OCTOPUS_HD bool reads_last_sample() const { return kMayCorrect && last_sample != nullptr; }
 
   OCTOPUS_HD static acc_t step(const Item& it, acc_t x, acc_t m, acc_t z, acc_t h, acc_t h2, acc_t l, acc_t* x0_out,
                                acc_t* xs_out) {
     acc_t x0 = it.a * x + it.b * m;
     if (it.clip > acc_t(0)) x0 = x0 < -it.clip ? -it.clip : (x0 > it.clip ? it.clip : x0);
-    const acc_t xs = it.e * x + it.cl * l + it.c1 * h + it.c2 * h2 + it.cx * x0;
+    // Only UniPC corrects (e = 1 and the rest 0 for every other sampler).
+    const acc_t xs = kMayCorrect ? it.e * x + it.cl * l + it.c1 * h + it.c2 * h2 + it.cx * x0 : x;
     *x0_out = x0;
     *xs_out = xs;
-    return it.p * xs + it.q * x0 + it.r * m + it.s * z + it.u * h;
+    acc_t prev = it.p * xs + it.q * x0 + it.r * m;
+    if constexpr (kMayNoise) prev += it.s * z;
+    if constexpr (kMayHistory) prev += it.u * h;
+    return prev;
   }
 };
 

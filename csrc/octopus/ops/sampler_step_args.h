@@ -4,6 +4,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <type_traits>
+
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 #include "octopus/ops/sampler_step.h"
@@ -28,23 +30,36 @@ SamplerStepArgs prepare_sampler_step(const at::Tensor& model_output, const at::T
                                      const c10::optional<at::Tensor>& last_sample, bool return_x0,
                                      c10::string_view strategy);
 
-// Calls f(op) with the functor for the latents' dtype.
+// Calls f(op) with the functor for the latents' dtype and the optional latents given.
 template <class F>
 void with_sampler_step_op(const SamplerStepArgs& a, F&& f) {
-  auto make = [&](auto tag) {
+  const bool corrector = a.history2.defined() || a.last_sample.defined();
+  const StepInputs inputs = corrector || (a.noise.defined() && a.history.defined()) ? StepInputs::Any
+                            : a.noise.defined()                                    ? StepInputs::Noise
+                            : a.history.defined()                                  ? StepInputs::History
+                                                                                   : StepInputs::None;
+  auto make = [&](auto tag, auto inputs_tag) {
     using scalar_t = decltype(tag);
     using acc_t = acc_type<scalar_t>;
     auto ptr = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<scalar_t>() : nullptr; };
-    SamplerStepOp<scalar_t, acc_t> op{ptr(a.model_output), ptr(a.sample), ptr(a.noise),    ptr(a.history),
-                                      ptr(a.history2),     ptr(a.last_sample), ptr(a.prev), ptr(a.x0),
-                                      a.params};
+    SamplerStepOp<scalar_t, acc_t, decltype(inputs_tag)::value> op{
+        ptr(a.model_output), ptr(a.sample), ptr(a.noise), ptr(a.history), ptr(a.history2), ptr(a.last_sample),
+        ptr(a.prev),         ptr(a.x0),     a.params};
     f(op);
   };
+  auto with_inputs = [&](auto tag) {
+    switch (inputs) {
+      case StepInputs::None: return make(tag, std::integral_constant<StepInputs, StepInputs::None>{});
+      case StepInputs::Noise: return make(tag, std::integral_constant<StepInputs, StepInputs::Noise>{});
+      case StepInputs::History: return make(tag, std::integral_constant<StepInputs, StepInputs::History>{});
+      case StepInputs::Any: return make(tag, std::integral_constant<StepInputs, StepInputs::Any>{});
+    }
+  };
   switch (a.sample.scalar_type()) {
-    case c10::kFloat: return make(float{});
-    case c10::kDouble: return make(double{});
-    case c10::kHalf: return make(c10::Half{});
-    case c10::kBFloat16: return make(c10::BFloat16{});
+    case c10::kFloat: return with_inputs(float{});
+    case c10::kDouble: return with_inputs(double{});
+    case c10::kHalf: return with_inputs(c10::Half{});
+    case c10::kBFloat16: return with_inputs(c10::BFloat16{});
     default: TORCH_CHECK_TYPE(false, "sample must be float32, float64, float16 or bfloat16, got ", a.sample.scalar_type());
   }
 }
