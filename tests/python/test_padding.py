@@ -52,6 +52,31 @@ def test_to_padded_and_back(device, dtype, dims):
         assert torch.equal(back.offsets, batch.offsets) and torch.equal(back.sizes, batch.sizes)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+@pytest.mark.parametrize("shapes", [
+    [(90, 77), (1, 1), (0, 9), (45, 50), (89, 3)],  # slots of several 4096-element chunks, odd widths
+    [(3, 40, 37), (1, 2, 35), (2, 39, 1)],
+    [(10_001,), (4097,), (1,), (0,)],
+    [(7, 1024), (3, 1023), (1, 1025)],  # rows around the vector and chunk sizes
+])
+def test_to_padded_wide_and_odd_slots(device, dtype, shapes):
+    batch = make(shapes, device, dtype, seed=3)
+    max_shape = [max(s[k] for s in shapes) for k in range(len(shapes[0]))]
+    assert torch.equal(batch.to_padded(5).cpu(), padded_reference(batch, 5, max_shape))
+    cropped = [max(1, e - 3) for e in max_shape]  # larger items cropped to a smaller slot
+    assert torch.equal(octopus.to_padded(batch, 5, cropped).cpu(), padded_reference(batch, 5, cropped))
+
+
+def test_to_padded_of_a_view(device):
+    # Values that start one element into their storage: no item starts on a 16-byte boundary.
+    batch = make([(5, 13), (6, 6), (2, 17)], device)
+    storage = torch.empty(batch.numel() + 1, device=device)
+    values = storage[1:]
+    values.copy_(batch.values)
+    dense = torch.ops.octopus.to_padded(values, batch.offsets, batch.sizes, [6, 17], -2.0, True)
+    assert torch.equal(dense.cpu(), padded_reference(batch, -2.0, [6, 17]))
+
+
 @pytest.mark.parametrize("max_size", [(5, 9), (0, 4), (100, 1), (1, 1)])
 def test_to_padded_crops_to_max_size(device, max_size):
     batch = make([(3, 12), (0, 5), (20, 2), (7, 7)], device)
@@ -157,3 +182,18 @@ def test_cuda_graph_capture():
     static.copy_(batch.values * 3)
     graph.replay()
     torch.testing.assert_close(back, batch.values * 3)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_to_padded_unvalidated_layout_never_reads_past_the_values():
+    # Item 1 claims 3x3 values from offset 8 of 10: without validation the CUDA kernel reads
+    # the two that exist and pads the rest (never an out-of-bounds read).
+    values = torch.arange(10, dtype=torch.float32, device="cuda")
+    offsets = torch.tensor([0, 8, 10], device="cuda")
+    sizes = torch.tensor([[2, 4], [3, 3]], device="cuda")
+    dense = torch.ops.octopus.to_padded(values, offsets, sizes, [3, 3], -1.0, False).cpu()
+    expected = torch.full((2, 3, 3), -1.0)
+    expected[0, :2] = torch.tensor([[0.0, 1, 2], [4, 5, 6]])
+    expected[1, 0, :2] = torch.tensor([8.0, 9])
+    assert torch.equal(dense, expected)

@@ -1,12 +1,13 @@
 // octopus::to_padded / octopus::from_padded — CUDA kernels. from_padded is the ragged
-// functor run by the generic driver; to_padded walks the dense output row by row, reading
-// the item's row where the row lies inside the item.
+// functor run by the generic driver; to_padded walks the dense output slot by slot, reading
+// each element's value where it lies inside the item.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/fast_divide.h"
 #include "octopus/core/metadata.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/padding.h"
@@ -14,69 +15,124 @@
 namespace octopus {
 namespace {
 
-constexpr int64_t kRowChunk = 1024;  // output elements per warp task
+constexpr int64_t kSlotChunk = 4096;  // output elements per warp task (a multiple of every vector width)
+constexpr int kPadUnroll = 4;         // vectors in flight per lane
 
 bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
 
-// A task is kRowChunk elements of one output row or, for narrower rows, several whole
-// rows: the row's item and coordinates are divided out once per task, then stepped.
-template <typename T, bool kVectorRows, int V = 16 / sizeof(T)>
+// One item as to_padded reads it: where its values start, its extents, and how many of its
+// values may be read at all (whatever unvalidated offsets say, never past the values).
+struct PaddedItem {
+  int64_t src, readable;
+  int64_t extent[kMaxItemDims];
+};
+
+// The slot's extents, and its elements per leading index, as dividers: for slots of more
+// than one dimension (whose elements are then fewer than 2^31, checked on the host); a 1-D
+// slot's element is its column.
+struct SlotDividers {
+  FastDivider extent[kMaxItemDims];
+  FastDivider leading;
+};
+
+// Slot element e (row-major in the slot) in the item: its column, and the item index of its
+// row's first value, or -1 where the row lies outside the item.
+template <int kDims>
+__device__ __forceinline__ int64_t row_in_item(const PaddedItem& it, const SlotDividers& div, int64_t e,
+                                               int64_t* column) {
+  if constexpr (kDims == 1) {
+    *column = e;
+    return 0;
+  }
+  uint32_t row = div.extent[kDims - 1].div(static_cast<uint32_t>(e));
+  *column = e - int64_t{row} * div.extent[kDims - 1].divisor;
+  int64_t index = 0, stride = it.extent[kDims - 1];
+  bool inside = true;
+#pragma unroll
+  for (int d = kDims - 2; d >= 0; --d) {
+    const uint32_t q = d > 0 ? div.extent[d].div(row) : 0;
+    const int64_t c = row - q * div.extent[d].divisor;
+    inside &= c < it.extent[d];
+    index += c * stride;
+    stride *= it.extent[d];
+    row = q;
+  }
+  return inside ? index : -1;
+}
+
+// The value of column `column` of an item row that starts at item index `row` (-1: outside).
+template <typename T, int kDims>
+__device__ __forceinline__ T padded_value(const T* __restrict__ in, const PaddedItem& it, int64_t row, int64_t column,
+                                          T pad) {
+  const bool inside = row >= 0 && column < it.extent[kDims - 1] && row + column < it.readable;
+  return inside ? in[it.src + row + column] : pad;
+}
+
+// A task is up to kSlotChunk elements of one item's slot: the item is read once per task,
+// then each lane makes whole 16-byte vectors of the slot (single values at the two ends
+// where the slot does not start on a boundary), kPadUnroll of them in flight, every element
+// reading its value where it lies inside the item and pad elsewhere.
+template <typename T, int kDims, int V = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads) to_padded_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                                    const int64_t* __restrict__ offsets,
-                                                                   const int64_t* __restrict__ sizes, int64_t num_values,
-                                                                   DenseSlot slot, int64_t total_rows,
-                                                                   int64_t rows_per_task, int64_t chunks_per_row,
+                                                                   const int64_t* __restrict__ sizes,
+                                                                   int64_t num_values, int64_t slot_numel,
+                                                                   int64_t width, SlotDividers div,
+                                                                   int64_t chunks_per_slot,
                                                                    int64_t tasks, T pad) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
-  const int dims = slot.dims;
-  const int64_t width = slot.extent[dims - 1];
-  const int64_t rows_per_item = slot.numel / width;
   for (int64_t task = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; task < tasks; task += warps) {
-    const int64_t group = task / chunks_per_row;
-    const int64_t x0 = (task - group * chunks_per_row) * kRowChunk;
-    const int64_t x1 = min(x0 + kRowChunk, width);
-    const int64_t row0 = group * rows_per_task;
-    const int64_t row_end = min(row0 + rows_per_task, total_rows);
-    int64_t i = row0 / rows_per_item;
-    int64_t coord[kMaxItemDims] = {};
-    for (int64_t r = row0 - i * rows_per_item, d = dims - 2; d >= 0; --d) {
-      const int64_t q = r / slot.extent[d];
-      coord[d] = r - q * slot.extent[d];
-      r = q;
-    }
-    for (int64_t row = row0; row < row_end; ++row) {
-      int64_t src = __ldg(offsets + i);
-      bool inside = src >= 0;
-      int64_t item_stride = __ldg(sizes + i * dims + dims - 1);
-      for (int d = dims - 2; d >= 0; --d) {
-        const int64_t item_e = __ldg(sizes + i * dims + d);
-        inside &= coord[d] < item_e;
-        src += coord[d] * item_stride;
-        item_stride *= item_e;
-      }
-      const int64_t valid = inside ? min(width, __ldg(sizes + i * dims + dims - 1)) : 0;
-      const int64_t readable = num_values - src;  // never read past the values, whatever the offsets say
-      T* dst = out + row * width;
-      auto at = [&](int64_t x) { return x < valid && x < readable ? in[src + x] : pad; };
-      if constexpr (kVectorRows) {  // 16-byte stores; the reads stay single (items start anywhere)
-        for (int64_t x = x0 + int64_t{lane} * V; x < x1; x += int64_t{32} * V) {
-          Vec<T, V> v;
+    const int64_t i = task / chunks_per_slot;
+    const int64_t e0 = (task - i * chunks_per_slot) * kSlotChunk;
+    const int64_t e1 = min(e0 + kSlotChunk, slot_numel);
+    PaddedItem it;
+    it.src = __ldg(offsets + i);
+    it.readable = it.src >= 0 ? num_values - it.src : 0;
 #pragma unroll
-          for (int k = 0; k < V; ++k) v.v[k] = at(x + k);
-          *reinterpret_cast<Vec<T, V>*>(dst + x) = v;
+    for (int d = 0; d < kDims; ++d) it.extent[d] = __ldg(sizes + i * kDims + d);
+    // Where the chunk's first element lies past the item's leading extent, so does the
+    // rest: the chunk is pad throughout (most of a slot much larger than its item).
+    const int64_t lead = kDims == 1 ? e0 : div.leading.div(static_cast<uint32_t>(e0));
+    bool all_pad = lead >= it.extent[0] || it.readable <= 0;
+#pragma unroll
+    for (int d = 1; d < kDims; ++d) all_pad |= it.extent[d] <= 0;
+    T* slot = out + i * slot_numel;
+    auto value = [&](int64_t e) {
+      int64_t column = 0;
+      const int64_t row = all_pad ? -1 : row_in_item<kDims>(it, div, e, &column);
+      return padded_value<T, kDims>(in, it, row, column, pad);
+    };
+    const int64_t a0 = min(e1, e0 + elements_to_vector_boundary(slot + e0));
+    const int64_t a1 = a0 + (e1 - a0) / V * V;
+    if (lane < a0 - e0) slot[e0 + lane] = value(e0 + lane);
+    if (lane < e1 - a1) slot[a1 + lane] = value(a1 + lane);
+    for (int64_t base = a0 + lane * V; base < a1; base += 32 * V * kPadUnroll) {
+      Vec<T, V> v[kPadUnroll];
+#pragma unroll
+      for (int u = 0; u < kPadUnroll; ++u) {
+        const int64_t e = base + u * 32 * V;
+        if (e >= a1) continue;
+        if (all_pad) {
+#pragma unroll
+          for (int k = 0; k < V; ++k) v[u].v[k] = pad;
+          continue;
         }
-      } else {
-#pragma unroll 4
-        for (int64_t x = x0 + lane; x < x1; x += 32) dst[x] = at(x);
+        int64_t column;
+        const int64_t row = row_in_item<kDims>(it, div, e, &column);
+        if (column + V <= width) {  // the vector lies in one row of the slot
+#pragma unroll
+          for (int k = 0; k < V; ++k) v[u].v[k] = padded_value<T, kDims>(in, it, row, column + k, pad);
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) v[u].v[k] = value(e + k);
+        }
       }
-      // The next row: step the leading coordinates, and the item when they wrap.
-      int d = dims - 2;
-      for (; d >= 0; --d) {
-        if (++coord[d] < slot.extent[d]) break;
-        coord[d] = 0;
+#pragma unroll
+      for (int u = 0; u < kPadUnroll; ++u) {
+        const int64_t e = base + u * 32 * V;
+        if (e < a1) *reinterpret_cast<Vec<T, V>*>(slot + e) = v[u];
       }
-      if (d < 0) ++i;
     }
   }
 }
@@ -86,29 +142,32 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
   const c10::cuda::CUDAGuard guard(values.device());
   PaddingArgs a = prepare_to_padded(values, offsets, sizes, max_shape, validate && may_sync());
   if (a.out.numel() == 0) return a.out;
-  const int64_t width = a.slot.extent[a.slot.dims - 1];
-  const int64_t total_rows = a.out.numel() / width;
-  const int64_t chunks_per_row = (width + kRowChunk - 1) / kRowChunk;
-  const int64_t rows_per_task = width >= kRowChunk ? 1 : kRowChunk / width;
-  const int64_t tasks = (total_rows + rows_per_task - 1) / rows_per_task * chunks_per_row;
+  TORCH_CHECK_VALUE(a.slot.dims == 1 || a.slot.numel < (int64_t{1} << 31), "to_padded on CUDA takes slots of ",
+                    "fewer than 2^31 elements where items have more than one dimension, got max_shape ", max_shape);
+  SlotDividers div{};
+  if (a.slot.dims > 1) {
+    for (int d = 0; d < a.slot.dims; ++d) div.extent[d] = FastDivider::make(static_cast<uint32_t>(a.slot.extent[d]));
+    div.leading = FastDivider::make(static_cast<uint32_t>(a.slot.stride[0]));
+  }
+  const int64_t m = a.offsets.numel() - 1;
+  const int64_t chunks_per_slot = (a.slot.numel + kSlotChunk - 1) / kSlotChunk;
+  const int64_t tasks = m * chunks_per_slot;
   const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,
                                            (tasks + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock);
   dispatch_copy_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    // Short rows of whole 16-byte vectors (the output is 16-byte aligned) are stored a vector
-    // at a time: measured faster on 128- and 800-wide rows, slower on 8000-wide ones, whose
-    // single stores already stream.
-    const bool vector_rows = width % (16 / sizeof(T)) == 0 && width < kRowChunk;
     auto launch = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(blocks), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           a.values.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), a.sizes.data_ptr<int64_t>(),
-          a.values.numel(), a.slot, total_rows, rows_per_task, chunks_per_row, tasks, static_cast<T>(pad_value));
+          a.values.numel(), a.slot.numel, a.slot.extent[a.slot.dims - 1], div, chunks_per_slot, tasks,
+          static_cast<T>(pad_value));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
-    if (vector_rows) {
-      launch(to_padded_kernel<T, true>);
-    } else {
-      launch(to_padded_kernel<T, false>);
+    switch (a.slot.dims) {
+      case 1: return launch(to_padded_kernel<T, 1>);
+      case 2: return launch(to_padded_kernel<T, 2>);
+      case 3: return launch(to_padded_kernel<T, 3>);
+      default: return launch(to_padded_kernel<T, 4>);
     }
   });
   return a.out;
