@@ -113,9 +113,10 @@ def run_tiles(measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool
     rows, row, floor = _rows(copy_gbs, 4 * side * side)
     note = f"{side}x{side} fp32, {len(tiles)} tiles of {lo}-{hi} px a side"
     row("memory floor (image read once)", floor, note=note)
-    row("octopus tile_filter (stats + keep)",
-        measurer.measure(lambda: octopus.tile_filter(image, tiles, threshold, max_fraction=max_fraction,
-                                                     validate=False), repeats=repeats), note="one launch")
+    stats = lambda: octopus.tile_filter(image, tiles, threshold, max_fraction=max_fraction, validate=False)  # noqa: E731
+    row("octopus tile_filter (stats + keep)", measurer.measure(stats, repeats=repeats), note="one launch")
+    row("octopus tile_filter, back-to-back calls (per call)", measurer.back_to_back(stats),
+        note="host launch overlapped with the previous call's kernel")
     res = octopus.tile_filter(image, tiles, threshold, max_fraction=max_fraction, gather=True, validate=False)
     kept_values = res.kept.numel()
     row("octopus tile_filter + gather kept tiles",

@@ -91,6 +91,16 @@ class Measurer:
                 result["energy_mj"] = self._energy_mj(fn)
         return result
 
+    def back_to_back(self, fn: Callable[[], object], calls: int = 20, repeats: int = 7) -> dict:
+        """Per call of ``calls`` calls issued back to back (median of ``repeats``): the host's
+        launch time then overlaps the device's work, which a single timed call includes —
+        what a loop or a pipeline of such calls costs each time."""
+        def many():
+            for _ in range(calls):
+                fn()
+        times = [t / calls for t in sample_ms(many, self.device, warmup=1, repeats=repeats)]
+        return dict(kernel_ms=statistics.median(times), times_ms=times, peak_mb=None, energy_mj=None)
+
     def _energy_mj(self, fn) -> float:
         start_mj = self.energy.millijoules()
         t0 = time.perf_counter()
