@@ -260,8 +260,8 @@ OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P,
 
 // The optional latents a step functor reads. The common sets (none: DDIM with eta 0, Euler,
 // flow Euler; noise: DDIM with eta > 0; history: DPM-Solver++) are compile-time, so that their
-// functors hold registers for their own inputs only (four blocks per SM); kAnyInputs checks
-// every pointer at run time (UniPC, and whatever else a caller combines).
+// functors hold registers for their own inputs only (three blocks per SM); Any checks every
+// pointer at run time (UniPC, and whatever else a caller combines).
 enum class StepInputs { None, Noise, History, Any };
 
 template <typename scalar_t, typename acc_t, StepInputs kInputs>
