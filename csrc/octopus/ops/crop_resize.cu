@@ -148,10 +148,12 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
   if (a.out.numel() == 0) return a.out;
   TORCH_CHECK_VALUE(out_h < (int64_t{1} << 31) && out_w < (int64_t{1} << 31), "the output size ", out_h, " x ", out_w,
                     " is too large");
-  // Block: quads of a row across x (up to kThreads), as many rows as fill it across y.
+  // Block: quads of a row across x (up to kThreads), rows across y up to about two warps.
+  // Small blocks measured fastest: for 224-wide outputs, 56 threads 0.38-0.39 ms per call
+  // back to back, 112 threads 0.43, 224 threads 0.47-0.49 (1000 crops, H100).
   const int64_t quads = (out_w + kQuad - 1) / kQuad;
   const int64_t threads_x = std::min<int64_t>(quads, cuda::kThreads);
-  const int64_t rows_per_pass = cuda::kThreads / threads_x;
+  const int64_t rows_per_pass = std::max<int64_t>(1, 64 / threads_x);
   const int64_t bands = (out_h + kRowsPerThread * rows_per_pass - 1) / (kRowsPerThread * rows_per_pass);
   TORCH_CHECK_VALUE(a.boxes.size(0) < (int64_t{1} << 31), "at most 2^31 - 1 boxes, got ", a.boxes.size(0));
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
