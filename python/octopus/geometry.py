@@ -3,6 +3,7 @@ per-box sizes, and ragged -> ragged resize."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import Optional, Sequence, Union
 
@@ -13,6 +14,18 @@ from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
 Sizes = Union[int, Sequence[int], Sequence[Sequence[int]], torch.Tensor]
+
+
+def _build_dense_layout(n: int, channels: int, h: int, w: int, device: torch.device):
+    """Offsets and sizes of a dense [N, C, H, W] batch seen as N images."""
+    offsets = torch.arange(n + 1, dtype=torch.int64, device=device) * (channels * h * w)
+    sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=device).expand(n, 3).contiguous()
+    return offsets, sizes
+
+
+# Built once per shape and device, so that a frame loop launches the resize alone (three small
+# launches and a host copy fewer per call). Read-only: the ops never write them.
+_dense_layout = functools.lru_cache(maxsize=32)(_build_dense_layout)
 
 
 def _source_layout(source: Union[RaggedBatch, torch.Tensor]):
@@ -27,8 +40,11 @@ def _source_layout(source: Union[RaggedBatch, torch.Tensor]):
         if source.dim() != 4:
             raise ValueError(f"a dense source must be [N, C, H, W], got shape {tuple(source.shape)}")
         n, channels, h, w = source.shape
-        offsets = torch.arange(n + 1, dtype=torch.int64, device=source.device) * (channels * h * w)
-        sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=source.device).expand(n, 3).contiguous()
+        # Traced, captured or in inference mode they are built afresh: a cache must hold neither
+        # fake tensors, graph memory nor inference tensors (autograd could not save those).
+        fresh = (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
+                 or (source.is_cuda and torch.cuda.is_current_stream_capturing()))
+        offsets, sizes = (_build_dense_layout if fresh else _dense_layout)(n, channels, h, w, source.device)
         return source.contiguous().view(-1), offsets, sizes, channels
     raise TypeError(f"source must be a RaggedBatch or a [N, C, H, W] tensor, got {type(source).__name__}")
 

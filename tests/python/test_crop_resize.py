@@ -85,6 +85,20 @@ def test_gradient(device):
                                                            std=[2.0, 0.5]), (src,))
 
 
+def test_dense_layout_cache_across_modes(device):
+    # A dense source's offsets and sizes are cached per shape; a call in inference mode must not
+    # leave inference tensors behind for a later differentiable call (autograd saves them).
+    src = frames(2, 2, 9, 11, device, torch.float64)
+    boxes = torch.tensor([[0, 1, 2, 8, 10], [1, 0, 0, 9, 11]], device=device)
+    with torch.inference_mode():
+        first = octopus.crop_resize(src, boxes, (5, 6))
+    grad_src = src.clone().requires_grad_()
+    second = octopus.crop_resize(grad_src, boxes, (5, 6), std=[1.0, 2.0])
+    second.sum().backward()
+    assert grad_src.grad is not None and torch.equal(first[:, 0], second.detach()[:, 0])
+    assert torch.equal(octopus.crop_resize(src, boxes, (5, 6)), first)  # from the cache
+
+
 def two_frames(device):
     """values, offsets, sizes and two boxes of a packed batch of two 2 x 9 x 11 frames."""
     values = frames(2, 2, 9, 11, device, torch.float32).reshape(-1)

@@ -66,8 +66,8 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
   a.offsets = offsets.contiguous();
   a.sizes = sizes.contiguous();
   a.boxes = boxes.contiguous();
-  a.mean = mean.has_value() ? mean->contiguous() : at::zeros({channels}, values.options().dtype(param_dtype));
-  a.std = std.has_value() ? std->contiguous() : at::ones({channels}, values.options().dtype(param_dtype));
+  if (mean.has_value()) a.mean = mean->contiguous();
+  if (std.has_value()) a.std = std->contiguous();
   a.channels = channels;
   a.out_h = out_h;
   a.out_w = out_w;
@@ -96,8 +96,8 @@ at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, 
     using out_t = out_type<T>;
     const T* in = a.values.data_ptr<T>();
     out_t* out = a.out.data_ptr<out_t>();
-    const acc_t* mu = a.mean.data_ptr<acc_t>();
-    const acc_t* sd = a.std.data_ptr<acc_t>();
+    const acc_t* mu = optional_data<acc_t>(a.mean);
+    const acc_t* sd = optional_data<acc_t>(a.std);
     const int64_t* off = a.offsets.data_ptr<int64_t>();
     const int64_t* sz = a.sizes.data_ptr<int64_t>();
     const int64_t* bx = a.boxes.data_ptr<int64_t>();
@@ -113,7 +113,8 @@ at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, 
           const acc_t wy = ty.w, wx = tx.w;
           const acc_t v = (1 - wy) * ((1 - wx) * at(ty.i0, tx.i0) + wx * at(ty.i0, tx.i1)) +
                           wy * ((1 - wx) * at(ty.i1, tx.i0) + wx * at(ty.i1, tx.i1));
-          out[row * out_w + ox] = static_cast<out_t>((v * static_cast<acc_t>(scale) - mu[c]) / sd[c]);
+          const acc_t shift = mu != nullptr ? mu[c] : acc_t(0), spread = sd != nullptr ? sd[c] : acc_t(1);
+          out[row * out_w + ox] = static_cast<out_t>((v * static_cast<acc_t>(scale) - shift) / spread);
         }
       }
     });
@@ -136,7 +137,7 @@ at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& va
   AT_DISPATCH_FLOATING_TYPES(acc, "crop_resize_backward_cpu", [&] {
     const scalar_t* gp = g.data_ptr<scalar_t>();
     scalar_t* r = result.data_ptr<scalar_t>();
-    const scalar_t* sd = a.std.data_ptr<scalar_t>();
+    const scalar_t* sd = optional_data<scalar_t>(a.std);
     const int64_t* off = a.offsets.data_ptr<int64_t>();
     const int64_t* sz = a.sizes.data_ptr<int64_t>();
     const int64_t* bx = a.boxes.data_ptr<int64_t>();
@@ -145,7 +146,7 @@ at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& va
       const CropBox b = crop_box(bx, k, off, sz, m);
       const BilinearTap ty = bilinear_tap(oy, out_h, b.h);
       scalar_t* dst = r + b.base + c * b.plane + b.y0 * b.width + b.x0;
-      const scalar_t f = static_cast<scalar_t>(scale) / sd[c];
+      const scalar_t f = static_cast<scalar_t>(scale) / (sd != nullptr ? sd[c] : scalar_t(1));
       for (int64_t ox = 0; ox < out_w; ++ox) {
         const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
         const scalar_t v = gp[row * out_w + ox] * f, wy = ty.w, wx = tx.w;

@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
       for (int j = 0; j < kQuad; ++j) th[j] = bilinear_tap_scaled<int>(ox0 + j, sx, crop_w);  // past out_w: in the crop
       for (int64_t c = 0; c < channels; ++c) {
         const T* plane = src + c * b.plane;
-        const acc_t m = __ldg(mean + c), inv_sd = acc_t(1) / __ldg(std + c);
+        const acc_t m = mean != nullptr ? __ldg(mean + c) : acc_t(0);
+        const acc_t inv_sd = std != nullptr ? acc_t(1) / __ldg(std + c) : acc_t(1);
         O* dst_plane = dst_box + c * out_plane + ox0;
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
     const CropBox& b = r.box;
     acc_t* line0 = result + b.base + r.c * b.plane + (b.y0 + r.ty.i0) * b.width + b.x0;
     acc_t* line1 = result + b.base + r.c * b.plane + (b.y0 + r.ty.i1) * b.width + b.x0;
-    const acc_t wy = r.ty.w, f = scale / std[r.c];
+    const acc_t wy = r.ty.w, f = std != nullptr ? scale / std[r.c] : scale;
     for (int64_t ox = lane; ox < out_w; ox += 32) {
       const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
       const acc_t v = grad[row * out_w + ox] * f, wx = tx.w;
@@ -165,7 +166,7 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
         a.values.data_ptr<T>(), a.out.data_ptr<out_type<T>>(), a.offsets.data_ptr<int64_t>(),
         a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, channels,
         static_cast<int>(out_h), static_cast<int>(out_w), static_cast<int>(bands), static_cast<acc_t>(scale),
-        a.mean.data_ptr<acc_t>(), a.std.data_ptr<acc_t>());
+        optional_data<acc_t>(a.mean), optional_data<acc_t>(a.std));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return a.out;
@@ -188,7 +189,7 @@ at::Tensor crop_resize_backward_cuda(const at::Tensor& grad, const at::Tensor& v
                                               c10::cuda::getCurrentCUDAStream()>>>(
           g.data_ptr<scalar_t>(), result.data_ptr<scalar_t>(), a.offsets.data_ptr<int64_t>(),
           a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, rows, channels, out_h,
-          out_w, static_cast<scalar_t>(scale), a.std.data_ptr<scalar_t>());
+          out_w, static_cast<scalar_t>(scale), optional_data<scalar_t>(a.std));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }

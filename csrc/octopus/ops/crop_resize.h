@@ -73,10 +73,17 @@ OCTOPUS_HD CropBox crop_box(const int64_t* boxes, int64_t k, const int64_t* offs
 }
 
 struct CropResizeArgs {
-  at::Tensor values, offsets, sizes, boxes, mean, std, out;
+  at::Tensor values, offsets, sizes, boxes, out;
+  at::Tensor mean, std;  // undefined where not given: 0 and 1
   int64_t channels, out_h, out_w;
   double scale;
 };
+
+// The data of a per-channel parameter, or null where it was not given.
+template <typename T>
+const T* optional_data(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
 
 // Checks the arguments (box contents too when validate_contents: one host copy); `out` is
 // left for the forward pass to allocate (crop_resize_output).

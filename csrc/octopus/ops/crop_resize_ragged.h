@@ -44,8 +44,8 @@ struct CropResizeRaggedOp {
   int64_t num_out_values;
   int64_t channels;
   acc_t scale;
-  const acc_t* __restrict__ mean;
-  const acc_t* __restrict__ std;
+  const acc_t* __restrict__ mean;  // null: 0
+  const acc_t* __restrict__ std;   // null: 1
 
   struct Item {
     CropBox box;
@@ -153,8 +153,8 @@ struct CropResizeRaggedOp {
 
   OCTOPUS_HD Row row(const Item& it, int64_t c, int64_t y) const {
     const BilinearTap ty = bilinear_tap_scaled(y, it.scale_y, it.box.h);
-    return {in + source_line(it, c, ty.i0), in + source_line(it, c, ty.i1), ty.w, scale, mean[c],
-            acc_t(1) / std[c]};
+    return {in + source_line(it, c, ty.i0), in + source_line(it, c, ty.i1), ty.w, scale,
+            mean != nullptr ? mean[c] : acc_t(0), std != nullptr ? acc_t(1) / std[c] : acc_t(1)};
   }
 
   OCTOPUS_HD static void add(out_t* p, out_t v) {
@@ -169,7 +169,8 @@ struct CropResizeRaggedOp {
     const BilinearTap ty = bilinear_tap_scaled(y, it.scale_y, it.box.h), tx = bilinear_tap_scaled(x, it.scale_x, it.box.w);
     out_t* line0 = out + source_line(it, c, ty.i0);
     out_t* line1 = out + source_line(it, c, ty.i1);
-    const acc_t v = static_cast<acc_t>(in[g]) * scale / std[c], wy = ty.w, wx = tx.w;
+    const acc_t scaled = static_cast<acc_t>(in[g]) * scale;
+    const acc_t v = std != nullptr ? scaled / std[c] : scaled, wy = ty.w, wx = tx.w;
     add(line0 + tx.i0, (1 - wy) * (1 - wx) * v);
     add(line0 + tx.i1, (1 - wy) * wx * v);
     add(line1 + tx.i0, wy * (1 - wx) * v);
@@ -212,7 +213,7 @@ void with_crop_resize_ragged_op(const CropResizeRaggedArgs& a, const at::Tensor&
         in, a.out.template data_ptr<out_t>(), s.offsets.template data_ptr<int64_t>(),
         s.sizes.template data_ptr<int64_t>(), s.offsets.numel() - 1, s.boxes.template data_ptr<int64_t>(),
         a.out_offsets.template data_ptr<int64_t>(), a.out_sizes.template data_ptr<int64_t>(), a.num_out_values,
-        s.channels, static_cast<acc_t>(s.scale), s.mean.template data_ptr<acc_t>(), s.std.template data_ptr<acc_t>()};
+        s.channels, static_cast<acc_t>(s.scale), optional_data<acc_t>(s.mean), optional_data<acc_t>(s.std)};
     f(op);
   });
 }
