@@ -37,6 +37,12 @@ int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num
 void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy, const at::Tensor& offsets,
                     int64_t num_values, int64_t block_elems);
 
+// The data of a tensor that may be left out (undefined): null then.
+template <typename T>
+T* optional_data(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
 // Values as the kernels read them: contiguous, and 16-byte aligned for vector loads.
 at::Tensor kernel_ready(const at::Tensor& values);
 

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include "octopus/core/checks.h"
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/vec.h"

@@ -79,12 +79,6 @@ struct CropResizeArgs {
   double scale;
 };
 
-// The data of a per-channel parameter, or null where it was not given.
-template <typename T>
-const T* optional_data(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
-
 // Checks the arguments (box contents too when validate_contents: one host copy); `out` is
 // left for the forward pass to allocate (crop_resize_output).
 CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,

@@ -41,7 +41,7 @@ void with_sampler_step_op(const SamplerStepArgs& a, F&& f) {
   auto make = [&](auto tag, auto inputs_tag) {
     using scalar_t = decltype(tag);
     using acc_t = acc_type<scalar_t>;
-    auto ptr = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<scalar_t>() : nullptr; };
+    auto ptr = [](const at::Tensor& t) { return optional_data<scalar_t>(t); };
     SamplerStepOp<scalar_t, acc_t, decltype(inputs_tag)::value> op{
         ptr(a.model_output), ptr(a.sample), ptr(a.noise), ptr(a.history), ptr(a.history2), ptr(a.last_sample),
         ptr(a.prev),         ptr(a.x0),     a.params};
