@@ -15,8 +15,13 @@ struct FastDivider {
 
   // divisor in [1, 2^31).
   OCTOPUS_HD static FastDivider make(uint32_t divisor) {
-    uint32_t shift = 0;
-    while (shift < 32 && (uint32_t{1} << shift) < divisor) ++shift;
+    // The smallest shift with 2^shift >= divisor, from the leading zeros (no loop: dividers
+    // are made per item on the GPU).
+#ifdef __CUDA_ARCH__
+    const uint32_t shift = divisor > 1 ? 32 - __clz(divisor - 1) : 0;
+#else
+    const uint32_t shift = divisor > 1 ? 32 - __builtin_clz(divisor - 1) : 0;
+#endif
     const uint64_t magic = ((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1;
     return {divisor, static_cast<uint32_t>(magic), shift};
   }
