@@ -15,6 +15,11 @@
 #include <c10/util/string_view.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#include <cuda_pipeline.h>  // __pipeline_memcpy_async (cp.async)
+#endif
 
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
@@ -63,7 +68,6 @@ struct Stencil3x3Op {
     int64_t height, width, plane;
     bool fast;                        // fewer than 2^31 elements: 32-bit coordinates
     FastDivider by_width, by_plane;
-    acc_t w0[9];                      // channel 0's kernel, held in registers
   };
 
   OCTOPUS_HD Item item(int64_t i) const {
@@ -82,7 +86,6 @@ struct Stencil3x3Op {
       it.by_width = FastDivider::make(static_cast<uint32_t>(it.width));
       it.by_plane = FastDivider::make(static_cast<uint32_t>(it.plane));
     }
-    for (int k = 0; k < 9; ++k) it.w0[k] = weight[k];
     return it;
   }
 
@@ -115,7 +118,7 @@ struct Stencil3x3Op {
     const uint32_t r = l - c * static_cast<uint32_t>(it.plane);
     uint32_t y = it.by_width.div(r), x = r - y * width;
     acc_t w[9];
-    kernel_of(it, c, w);
+    kernel_of(c, w);
     for (int64_t g = g0 + lane; g < g1; g += 32) {
       out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
       x += 32;
@@ -123,7 +126,7 @@ struct Stencil3x3Op {
         x -= width;
         if (++y == height) {
           y = 0;
-          kernel_of(it, ++c, w);
+          kernel_of(++c, w);
         }
       }
     }
@@ -147,25 +150,32 @@ struct Stencil3x3Op {
       const uint32_t n = min(height - ya, q_end - q);  // output rows in channel c
       const in_t* plane = in + it.begin + static_cast<int64_t>(c) * it.plane;
       acc_t w[9];
-      kernel_of(it, c, w);
+      kernel_of(c, w);
       // Staged row k (0 .. n + 1) is plane row ya - 1 + k, kept in slot k % slots.
       for (uint32_t j = 0, staged = 0; j < n;) {
         const uint32_t upto = min(n + 2, j + slots);  // rows j and j + 1 stay in the ring
         stage_rows(it, plane, ring, ya, staged, upto, slots, lane);
         staged = upto;
-        const uint32_t slot_up = j % slots, slot_mid = slot_up + 1 == slots ? 0 : slot_up + 1;
+        // Output rows j .. upto - 3 of channel c read staged rows j .. upto - 1. Lane x takes
+        // column x of the rows whose output lies in the run [l0, l1) (all of them but in the
+        // run's first and last rounds), walking down with the window in registers.
+        const uint32_t ring_end = slots * stride, row_j = (q + j) * width, slot_j = j % slots;
         for (uint32_t x = lane; x < width; x += 32) {
-          const acc_t* up = ring + slot_up * stride + x;
-          const acc_t* mid = ring + slot_mid * stride + x;
-          acc_t a0 = up[0], a1 = up[1], a2 = up[2], b0 = mid[0], b1 = mid[1], b2 = mid[2];
-          uint32_t slot_down = slot_mid, l = (q + j) * width + x;
-          for (uint32_t r = j; r + 2 < upto; ++r, l += width) {
-            slot_down = slot_down + 1 == slots ? 0 : slot_down + 1;
-            const acc_t* down = ring + slot_down * stride + x;
-            const acc_t c0 = down[0], c1 = down[1], c2 = down[2];
-            const acc_t o = w[0] * a0 + w[1] * a1 + w[2] * a2 + w[3] * b0 + w[4] * b1 + w[5] * b2 +
-                            w[6] * c0 + w[7] * c1 + w[8] * c2;
-            if (l >= l0 && l < l1) out[it.begin + l] = static_cast<out_t>(o);
+          const uint32_t first = row_j + x;  // packed index (within the item) of row j's output
+          const uint32_t r0 = j + (first >= l0 ? 0 : it.by_width.div(l0 - first + width - 1));
+          const uint32_t r1 = min(upto - 2, j + (first >= l1 ? 0 : it.by_width.div(l1 - first + width - 1)));
+          if (r0 >= r1) continue;
+          const uint32_t slot = slot_j + (r0 - j);  // staged row r0's (r0 - j < slots)
+          uint32_t at = (slot >= slots ? slot - slots : slot) * stride + x;  // its column x - 1
+          acc_t a0 = ring[at], a1 = ring[at + 1], a2 = ring[at + 2];
+          at = at + stride == ring_end + x ? x : at + stride;
+          acc_t b0 = ring[at], b1 = ring[at + 1], b2 = ring[at + 2];
+          out_t* dst = out + it.begin + (first + (r0 - j) * width);
+          for (uint32_t r = r0; r < r1; ++r, dst += width) {
+            at = at + stride == ring_end + x ? x : at + stride;
+            const acc_t c0 = ring[at], c1 = ring[at + 1], c2 = ring[at + 2];
+            *dst = static_cast<out_t>(w[0] * a0 + w[1] * a1 + w[2] * a2 + w[3] * b0 + w[4] * b1 + w[5] * b2 +
+                                      w[6] * c0 + w[7] * c1 + w[8] * c2);
             a0 = b0, a1 = b1, a2 = b2;
             b0 = c0, b1 = c1, b2 = c2;
           }
@@ -177,30 +187,49 @@ struct Stencil3x3Op {
     }
   }
 
-  // Stages rows [k0, k1) (plane rows ya - 1 + k) into the ring: the rows inside the image
-  // as one contiguous copy (16-byte loads), then the row above or below the image (replicate: its
-  // neighbour; zero: zeros), then every row's two side columns.
-  __device__ void stage_rows(const Item& it, const in_t* plane, acc_t* ring, uint32_t ya, uint32_t k0, uint32_t k1,
-                             uint32_t slots, int lane) const {
-    constexpr int kUnrollLoads = 2;  // 16-byte loads in flight per lane
-    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
-    const uint32_t stride = width + 2;
-    const bool zero = border == Border::Zero;
-    auto row = [&](uint32_t k) { return ring + (k % slots) * stride; };
-    const uint32_t in0 = max(k0, ya == 0 ? 1u : 0u), in1 = min(k1, height + 1 - ya);  // rows inside
-    if (in0 < in1) {  // rows in0 .. in1 - 1 are one contiguous run of the plane
-      const in_t* src = plane + static_cast<int64_t>(ya + in0 - 1) * width;
-      const uint32_t total = (in1 - in0) * width, first_slot = in0 % slots;
-      auto put = [&](uint32_t e, in_t value) {
-        const uint32_t s = it.by_width.div(e);
-        const uint32_t slot = first_slot + s >= slots ? first_slot + s - slots : first_slot + s;
-        ring[slot * stride + 1 + (e - s * width)] = static_cast<acc_t>(value);
-      };
-      // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.
+  // Where a contiguous run of image rows goes in the ring: row s of the run to slot
+  // (first_slot + s) % slots, one column in (column 0 holds the left border).
+  struct RingRows {
+    acc_t* ring;
+    uint32_t width, slots, first_slot;
+    FastDivider by_width;
+    __device__ acc_t* operator()(uint32_t e) const {  // element e of the run
+      const uint32_t s = by_width.div(e), slot = first_slot + s;
+      return ring + (slot >= slots ? slot - slots : slot) * (width + 2) + 1 + (e - s * width);
+    }
+  };
+
+  // Copies src[0, total) to at(0) .. at(total - 1) in shared memory. Values already of the
+  // accumulator's type go by asynchronous copies (cp.async): no registers, every element of
+  // the run in flight at once. Others are converted on the way: 16-byte loads, two in flight
+  // per lane.
+  __device__ void copy_run(const in_t* src, uint32_t total, const RingRows& at, int lane) const {
+    if constexpr (std::is_same_v<in_t, acc_t>) {
+      // Lane l copies elements l, l + 32, ...: its ring position steps by 32 and, at each row
+      // end, past the two side columns (and back to slot 0 after the last slot).
+      if (lane < total) {
+        const uint32_t width = at.width, stride = width + 2;
+        uint32_t x = lane, slot = at.first_slot;
+        while (x >= width) x -= width, slot = slot + 1 == at.slots ? 0 : slot + 1;
+        acc_t* dst = at.ring + slot * stride + 1 + x;
+        for (const in_t *from = src + lane, *end = src + total; from < end; from += 32) {
+          __pipeline_memcpy_async(dst, from, sizeof(acc_t));
+          dst += 32, x += 32;
+          while (x >= width) {
+            x -= width, dst += 2;
+            if (++slot == at.slots) slot = 0, dst -= at.slots * stride;
+          }
+        }
+      }
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
+    } else {
+      constexpr int kUnrollLoads = 2;
       constexpr uint32_t kV = 16 / sizeof(in_t);
       using V = Vec<in_t, kV>;
+      // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.
       const uint32_t head = min(total, static_cast<uint32_t>(elements_to_vector_boundary(src)));
-      for (uint32_t e = lane; e < head; e += 32) put(e, src[e]);
+      for (uint32_t e = lane; e < head; e += 32) *at(e) = static_cast<acc_t>(src[e]);
       const uint32_t vectors = (total - head) / kV;
       const V* body = reinterpret_cast<const V*>(src + head);
       for (uint32_t v = lane; v < vectors; v += 32 * kUnrollLoads) {
@@ -213,10 +242,27 @@ struct Stencil3x3Op {
         for (int u = 0; u < kUnrollLoads; ++u) {
           if (v + 32 * u >= vectors) continue;
 #pragma unroll
-          for (uint32_t k = 0; k < kV; ++k) put(head + (v + 32 * u) * kV + k, buf[u].v[k]);
+          for (uint32_t k = 0; k < kV; ++k) *at(head + (v + 32 * u) * kV + k) = static_cast<acc_t>(buf[u].v[k]);
         }
       }
-      for (uint32_t e = head + vectors * kV + lane; e < total; e += 32) put(e, src[e]);
+      for (uint32_t e = head + vectors * kV + lane; e < total; e += 32) *at(e) = static_cast<acc_t>(src[e]);
+    }
+  }
+
+  // Stages rows [k0, k1) (plane rows ya - 1 + k) into the ring: the rows inside the image
+  // as one contiguous copy, then the row above or below the image (replicate: its
+  // neighbour; zero: zeros), then every row's two side columns.
+  __device__ void stage_rows(const Item& it, const in_t* plane, acc_t* ring, uint32_t ya, uint32_t k0, uint32_t k1,
+                             uint32_t slots, int lane) const {
+    const uint32_t width = static_cast<uint32_t>(it.width), height = static_cast<uint32_t>(it.height);
+    const uint32_t stride = width + 2;
+    const bool zero = border == Border::Zero;
+    auto row = [&](uint32_t k) { return ring + (k % slots) * stride; };
+    const uint32_t in0 = max(k0, ya == 0 ? 1u : 0u), in1 = min(k1, height + 1 - ya);  // rows inside
+    if (in0 < in1) {  // rows in0 .. in1 - 1 are one contiguous run of the plane
+      const in_t* src = plane + static_cast<int64_t>(ya + in0 - 1) * width;
+      const RingRows at{ring, width, slots, in0 % slots, it.by_width};
+      copy_run(src, (in1 - in0) * width, at, lane);
     }
     __syncwarp();
     // The row above the image (k = 0, when ya = 0) copies row 1; the one below copies the last.
@@ -247,7 +293,7 @@ struct Stencil3x3Op {
       out[g] = static_cast<out_t>(adjoint_at(it, c, y, x));
     } else {
       acc_t w[9];
-      kernel_of(it, c, w);
+      kernel_of(c, w);
       out[g] = static_cast<out_t>(pixel(it, w, c, y, x));
     }
   }
@@ -273,11 +319,11 @@ struct Stencil3x3Op {
     }
   }
 
-  // Channel c's kernel (channel 0's is held by the item).
-  OCTOPUS_HD void kernel_of(const Item& it, int64_t c, acc_t* w) const {
+  // Channel c's kernel (the last one's for channels past the weights').
+  OCTOPUS_HD void kernel_of(int64_t c, acc_t* w) const {
     const acc_t* wc = weight + 9 * (c < channels - 1 ? c : channels - 1);
 #pragma unroll
-    for (int k = 0; k < 9; ++k) w[k] = c == 0 ? it.w0[k] : wc[k];
+    for (int k = 0; k < 9; ++k) w[k] = wc[k];
   }
 
   // The stencil at one pixel: neighbour rows and columns are clamped into the item
