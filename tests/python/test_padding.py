@@ -97,6 +97,42 @@ def test_empty_batch_one_item_huge_item(device):
     assert torch.equal(octopus.from_padded(dense, huge.sizes).values, huge.values)
 
 
+def cropped_reference(padded, shapes):
+    """Item i of `shapes` read from padded[i]: its corner inside the slot, 0 outside."""
+    items = []
+    for i, shape in enumerate(shapes):
+        item = torch.zeros(shape, dtype=padded.dtype)
+        crop = tuple(slice(0, min(e, m)) for e, m in zip(shape, padded.shape[1:]))
+        item[crop] = padded[i].cpu()[crop]
+        items.append(item.reshape(-1))
+    return torch.cat(items) if items else torch.zeros(0, dtype=padded.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+@pytest.mark.parametrize("shapes, slot", [
+    ([(90, 77), (1, 1), (0, 9), (45, 50), (89, 3), (7, 300)], (40, 60)),  # rows and columns past the slot
+    ([(3, 40, 37), (5, 2, 35), (2, 39, 1), (1, 1, 70)], (2, 30, 36)),  # every dimension past it somewhere
+    ([(10_001,), (4097,), (1,), (0,), (33,)], (5000,)),
+    ([(2, 3, 4, 5), (3, 1, 6, 2)], (2, 2, 5, 5)),  # four dimensions: carries through three outer ones
+])
+def test_from_padded_gathers_and_crops(device, dtype, shapes, slot):
+    # Without validation, every strategy (plan and block_search: the GPU's per-run cursor) reads
+    # each item's corner inside its slot and 0 outside; runs of 64 elements start anywhere.
+    g = torch.Generator().manual_seed(5)
+    padded = (torch.randn(len(shapes), *slot, generator=g) * 50).to(dtype).to(device)
+    sizes = torch.tensor(shapes, dtype=torch.int64).reshape(len(shapes), len(slot))
+    offsets = torch.zeros(len(shapes) + 1, dtype=torch.int64)
+    offsets[1:] = sizes.prod(1).cumsum(0)
+    expected = cropped_reference(padded, shapes)
+    for strategy in octopus.STRATEGIES:
+        for block in (64, 4096):
+            meta = octopus.RaggedBatch(torch.empty(int(offsets[-1]), device=device, dtype=dtype), offsets.to(device),
+                                       sizes.to(device)).metadata(strategy, block)
+            out = torch.ops.octopus.from_padded(padded, offsets.to(device), sizes.to(device), int(offsets[-1]),
+                                                strategy, block, meta, False)
+            assert torch.equal(out.cpu(), expected), (strategy, block)
+
+
 def test_from_padded_of_a_user_tensor(device):
     dense = torch.arange(2 * 4 * 5, dtype=torch.float32, device=device).view(2, 4, 5)
     sizes = [[2, 3], [4, 5]]

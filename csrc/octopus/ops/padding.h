@@ -87,9 +87,78 @@ struct FromPaddedOp {
     out[g] = at_coords(it, coord);
   }
 
+#ifdef __CUDACC__
+  // The GPU driver's plan and block_search runs: lane l gathers elements g0 + l, g0 + l + 32,
+  // ... of the run, kGather at a time (every slot position first, then the loads, then the
+  // coalesced stores). A cursor holds the lane's place in the item — column x of a row and
+  // that row's start in the slot — and steps by 32 elements with additions (a row change
+  // carries into the outer coordinates): no division per element. 32-bit columns where the
+  // rows allow them.
+  static constexpr int kGather = 8;
+
+  __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    const int64_t width = it.extent[slot.dims - 1];
+    if (width < (int64_t{1} << 31) - 64 && slot.extent[slot.dims - 1] < (int64_t{1} << 31)) {
+      gather_run<uint32_t>(it, g0, g1, lane);
+    } else {
+      gather_run<int64_t>(it, g0, g1, lane);
+    }
+  }
+
+  template <typename Column>
+  __device__ void gather_run(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    if (g0 + lane >= g1) return;
+    const int inner = slot.dims - 1;
+    const Column width = static_cast<Column>(it.extent[inner]), slot_width = static_cast<Column>(slot.extent[inner]);
+    int64_t coord[kMaxItemDims];
+    coordinates(it, g0 + lane - it.begin, coord);
+    Column x = static_cast<Column>(coord[inner]);
+    const T* row = padded + it.base;  // the slot's row holding the cursor's row
+    bool row_in_slot = true;          // false where an outer coordinate is past the slot
+#pragma unroll
+    for (int d = 0; d < kMaxItemDims - 1; ++d) {
+      if (d >= inner) break;
+      row += coord[d] * slot.stride[d];
+      row_in_slot = row_in_slot && coord[d] < slot.extent[d];
+    }
+    for (int64_t g = g0 + lane; g < g1; g += 32 * kGather) {
+      T v[kGather];
+#pragma unroll
+      for (int k = 0; k < kGather; ++k) {
+        v[k] = row_in_slot && x < slot_width && g + 32 * k < g1 ? row[x] : T{};
+        x += 32;
+        while (x >= width) {  // into the next row: carry into the outer coordinates
+          x -= width;
+#pragma unroll
+          for (int d = kMaxItemDims - 2; d >= 0; --d) {
+            if (d >= inner) continue;
+            ++coord[d];
+            row += slot.stride[d];
+            if (coord[d] < it.extent[d] || d == 0) break;
+            row -= coord[d] * slot.stride[d];
+            coord[d] = 0;
+          }
+          row_in_slot = true;
+#pragma unroll
+          for (int d = 0; d < kMaxItemDims - 1; ++d) {
+            if (d < inner) row_in_slot = row_in_slot && coord[d] < slot.extent[d];
+          }
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kGather; ++k) {
+        if (g + 32 * k < g1) out[g + 32 * k] = v[k];
+      }
+    }
+  }
+#endif
+
  private:
+  // (Loops over kMaxItemDims with fixed indices keep coord[] in registers.)
   OCTOPUS_HD void coordinates(const Item& it, int64_t local, int64_t* coord) const {
-    for (int d = slot.dims - 1; d >= 0; --d) {
+#pragma unroll
+    for (int d = kMaxItemDims - 1; d >= 0; --d) {
+      if (d >= slot.dims) continue;
       const int64_t e = it.extent[d];
       const int64_t q = (local >> 31) == 0 && (e >> 31) == 0
                             ? static_cast<int64_t>(static_cast<uint32_t>(local) / static_cast<uint32_t>(e))
