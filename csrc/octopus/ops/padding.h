@@ -94,7 +94,7 @@ struct FromPaddedOp {
   // that row's start in the slot — and steps by 32 elements with additions (a row change
   // carries into the outer coordinates): no division per element. 32-bit columns where the
   // rows allow them.
-  static constexpr int kGather = 8;
+  static constexpr int kGather = 16;
 
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
     const int64_t width = it.extent[slot.dims - 1];
