@@ -48,8 +48,9 @@ struct Stencil3x3Op {
   // coalesced, and rows above and below hit the cache lines the neighbouring warps read).
   static constexpr int kVec = 1;
   static constexpr int kUnroll = 2;
-  // The item (its kernel in registers, two dividers) and two pixels in flight take about 80
-  // registers: 3 blocks per multiprocessor instead of 4, measured spill-free (sm_90).
+  // The staged walk (the item's two dividers, a channel's kernel and the 3 x 3 window in
+  // registers) takes about 80 registers: 3 blocks per multiprocessor instead of 4 (sm_90: a
+  // few bytes spill at 80, far more at 64, which measured slower).
   static constexpr int kMinBlocksPerSm = 3;
   using InVec = Vec<in_t, 1>;
 
