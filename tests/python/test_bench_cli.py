@@ -56,6 +56,8 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
         if r["kernel_ms"] is not None:
             assert r["kernel_ms"] > 0 and r["total_ms"] >= r["kernel_ms"]
             assert "memory floor" in r["method"] or len(r["times_ms"]) >= 1
+        if r.get("host_ms") is not None:  # every measured call's host time is kept beside its time
+            assert 0 < r["host_ms"] <= 1.5 * max(r["times_ms"]) + 1.0
     assert sorted(os.path.basename(p) for p in result["plots"]) == ["scaling.png", "time_per_method.png"]
     for p in result["plots"]:
         data = open(p, "rb").read()

@@ -2,7 +2,7 @@
 
 import statistics
 import time
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import torch
 
@@ -12,8 +12,12 @@ def median_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, r
     return statistics.median(sample_ms(fn, device, warmup, repeats))
 
 
-def sample_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, repeats: int = 20) -> List[float]:
-    """The time of each of ``repeats`` calls of fn() after ``warmup`` calls, in milliseconds."""
+def sample_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, repeats: int = 20,
+              host_ms: Optional[List[float]] = None) -> List[float]:
+    """The time of each of ``repeats`` calls of fn() after ``warmup`` calls, in milliseconds.
+    ``host_ms``, when given, receives each call's host time: on a GPU from before its start
+    event is recorded to after its end event is (a call whose time is close to it was held up
+    by the host, not the device)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -21,16 +25,22 @@ def sample_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, r
         torch.cuda.synchronize(device)
         for _ in range(repeats):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
             start.record()
             fn()
             end.record()
+            t1 = time.perf_counter()
             end.synchronize()
             times.append(start.elapsed_time(end))
+            if host_ms is not None:
+                host_ms.append((t1 - t0) * 1e3)
     else:
         for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e3)
+        if host_ms is not None:
+            host_ms.extend(times)
     return times
 
 
@@ -78,8 +88,10 @@ class Measurer:
             self.energy_note = "NVML total-energy counter" if counter.available else counter.reason
 
     def measure(self, fn: Callable[[], object], warmup: int = 3, repeats: int = 20) -> dict:
-        times = sample_ms(fn, self.device, warmup=warmup, repeats=repeats)
-        result = dict(kernel_ms=statistics.median(times), times_ms=times, peak_mb=None, energy_mj=None)
+        host: List[float] = []
+        times = sample_ms(fn, self.device, warmup=warmup, repeats=repeats, host_ms=host)
+        result = dict(kernel_ms=statistics.median(times), times_ms=times, host_ms=statistics.median(host),
+                      peak_mb=None, energy_mj=None)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             before = torch.cuda.memory_allocated(self.device)
