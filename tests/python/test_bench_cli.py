@@ -58,6 +58,8 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
             assert "memory floor" in r["method"] or len(r["times_ms"]) >= 1
         if r.get("host_ms") is not None:  # every measured call's host time is kept beside its time
             assert 0 < r["host_ms"] <= 1.5 * max(r["times_ms"]) + 1.0
+            # the allocator's counts are the GPU's; a CPU run has none to give
+            assert r["device_mallocs"] is None and r["alloc_retries"] is None
     assert sorted(os.path.basename(p) for p in result["plots"]) == ["scaling.png", "time_per_method.png"]
     for p in result["plots"]:
         data = open(p, "rb").read()

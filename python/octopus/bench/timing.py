@@ -70,7 +70,8 @@ def copy_bandwidth_gbs(device: torch.device, nbytes: int) -> float:
 
 
 class Measurer:
-    """Times a callable (:func:`median_ms`) and, on a GPU, also measures the device memory
+    """Times a callable (:func:`median_ms`) and, on a GPU, also counts the caching allocator's
+    cudaMalloc calls and retries during the timed calls, measures the device memory
     one call allocates beyond what was allocated before it (``torch.cuda.max_memory_allocated``)
     and the energy of one call from NVML's total-energy counter: the callable is repeated for
     at least ``energy_window_ms`` and the counter's difference divided by the repetitions
@@ -89,10 +90,14 @@ class Measurer:
 
     def measure(self, fn: Callable[[], object], warmup: int = 3, repeats: int = 20) -> dict:
         host: List[float] = []
+        allocator_before = self._allocator_counts()
         times = sample_ms(fn, self.device, warmup=warmup, repeats=repeats, host_ms=host)
+        allocator_after = self._allocator_counts()
         result = dict(kernel_ms=statistics.median(times), times_ms=times, host_ms=statistics.median(host),
-                      peak_mb=None, energy_mj=None)
+                      peak_mb=None, energy_mj=None, device_mallocs=None, alloc_retries=None)
         if self.device.type == "cuda":
+            result["device_mallocs"], result["alloc_retries"] = (
+                after - before for before, after in zip(allocator_before, allocator_after))
             torch.cuda.synchronize(self.device)
             before = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -102,6 +107,14 @@ class Measurer:
             if self.energy is not None:
                 result["energy_mj"] = self._energy_mj(fn)
         return result
+
+    def _allocator_counts(self) -> tuple:
+        """(cudaMalloc calls, cudaMalloc failures retried after freeing the cache) so far: a
+        timed row that calls cudaMalloc on every repeat pays for the allocator, not the op."""
+        if self.device.type != "cuda":
+            return (0, 0)
+        stats = torch.cuda.memory_stats(self.device)
+        return (stats.get("num_device_alloc", 0), stats.get("num_alloc_retries", 0))
 
     def back_to_back(self, fn: Callable[[], object], calls: int = 20, repeats: int = 7) -> dict:
         """Per call of ``calls`` calls issued back to back (median of ``repeats``): the host's
