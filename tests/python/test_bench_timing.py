@@ -29,8 +29,9 @@ def test_measure_counts_device_allocations_of_the_timed_calls():
     device = torch.device("cuda")
     measurer = Measurer(device)
     kept = []
-    # each call keeps a new 64 MiB tensor: the cache has no free block, so every call mallocs
-    growing = measurer.measure(lambda: kept.append(torch.empty(16 << 20, device=device)), warmup=1, repeats=4)
+    torch.cuda.empty_cache()  # no free cached block left from earlier tests
+    # each call keeps a new 256 MiB tensor: the cache has no free block for it, so every call mallocs
+    growing = measurer.measure(lambda: kept.append(torch.empty(64 << 20, device=device)), warmup=1, repeats=4)
     assert growing["device_mallocs"] >= 4 and growing["alloc_retries"] == 0
     kept.clear()
     reused = torch.empty(16 << 20, device=device)
