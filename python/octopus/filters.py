@@ -18,15 +18,16 @@ _GAUSSIAN = [v / 16.0 for v in (1, 2, 1, 2, 4, 2, 1, 2, 1)]
 WeightLike = Union[torch.Tensor, Sequence[float]]
 
 
-def _channels(batch: RaggedBatch) -> int:
-    """C of [C, H, W] items (every item must have the same), 1 for [H, W] items."""
+def _channels(batch: RaggedBatch) -> Optional[int]:
+    """C of [C, H, W] items (every item must have the same), 1 for [H, W] items, None for
+    an empty batch of [C, H, W] items (any C)."""
     if batch.item_dim == 2:
         return 1
     if batch.item_dim != 3:
         raise ValueError(f"items must be [H, W] or [C, H, W], got {batch.item_dim}-D items")
     sizes = batch.host_layout()[1]
     if len(batch) == 0:
-        return 1
+        return None
     channels = int(sizes[0, 0])
     wrong = (sizes[:, 0] != channels).nonzero()
     if wrong.numel():
@@ -60,9 +61,12 @@ def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replica
     if not w.is_floating_point():
         raise TypeError(f"weight must be floating point, got {w.dtype}")
     shape = tuple(w.shape)
+    per_channel = len(shape) == 3 and shape[1:] == (3, 3) or len(shape) == 4 and shape[1:] == (1, 3, 3)
     if shape == (3, 3) or shape == (9,):
+        channels = channels or 1
         w = w.reshape(1, 9).expand(channels, 9)
-    elif shape in ((channels, 3, 3), (channels, 1, 3, 3)):
+    elif per_channel and channels in (None, shape[0]):
+        channels = shape[0]
         w = w.reshape(channels, 9)
     else:
         raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got {list(shape)}")

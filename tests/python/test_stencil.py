@@ -88,6 +88,13 @@ def test_one_huge_item_and_many_tiny(device):
 def test_empty_batch(device):
     batch = octopus.RaggedBatch.from_tensors([], device=device, item_dim=2)
     assert octopus.box_blur(batch).numel() == 0
+    # No items say how many channels there are: any per-channel weight goes (and gets a zero gradient).
+    images = octopus.RaggedBatch.from_tensors([], device=device, item_dim=3)
+    weight = torch.randn(4, 1, 3, 3, device=device, requires_grad=True)
+    out = octopus.depthwise_conv3x3(images, weight)
+    assert out.numel() == 0 and len(out) == 0
+    out.values.sum().backward()
+    assert weight.grad.shape == weight.shape and not weight.grad.any()
 
 
 @pytest.mark.parametrize("border", ["replicate", "zero"])
