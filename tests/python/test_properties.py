@@ -1,0 +1,189 @@
+"""Property-based tests (hypothesis): random ragged layouts — empty items, one item, items
+much larger than a block, blocks smaller than an item, rows that straddle blocks — run
+through every strategy and block size of the ragged ops, each checked against a float64
+reference computed item by item in plain PyTorch.
+
+The "ci" profile (the default) is derandomized: the same examples on every run, so a red
+run is reproducible. ``HYPOTHESIS_PROFILE=thorough`` draws 1000 per test, at random.
+"""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import octopus
+
+settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("thorough", max_examples=1000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Small blocks make even these small items span several blocks and several items share one.
+BLOCKS = st.sampled_from([16, 32, 48, 64, 256, 4096])
+STRATEGY = st.sampled_from(octopus.STRATEGIES)
+
+
+@st.composite
+def item_shapes(draw, dims, max_items=10, channels=None):
+    """Shapes of 0..max_items items: [L] (up to 700 elements, 0 allowed), [H, W] or
+    [C, H, W] (H, W up to 40, 0 allowed; C fixed per batch)."""
+    m = draw(st.integers(0, max_items))
+    if dims == 1:
+        return [(draw(st.integers(0, 700)),) for _ in range(m)]
+    side = st.integers(0, 40)
+    shapes = [(draw(side), draw(side)) for _ in range(m)]
+    if dims == 3:
+        c = channels or draw(st.integers(1, 3))
+        shapes = [(c, h, w) for h, w in shapes]
+    return shapes
+
+
+def make_batch(shapes, dims, device, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.uint8:
+        items = [torch.randint(0, 256, s, generator=g, dtype=torch.uint8) for s in shapes]
+    else:
+        items = [torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in shapes]
+    return octopus.RaggedBatch.from_tensors(items, device=device, dtype=dtype, item_dim=dims)
+
+
+def items64(batch):
+    return [t.double() for t in batch.cpu().unbind()]
+
+
+def packed(tensors):
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.zeros(0, dtype=torch.float64)
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), block=BLOCKS, seed=st.integers(0, 2**16))
+def test_plan_covers_every_element_once_within_items(device, dims, data, block, seed):
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed)
+    item, begin, end = octopus.plan_blocks(octopus.plan(batch, block))
+    offsets = batch.host_layout()[0]
+    assert bool(((end - begin) > 0).all()) and bool(((end - begin) <= block).all())
+    assert bool((begin >= offsets[item]).all()) and bool((end <= offsets[item + 1]).all())
+    covered = torch.zeros(batch.numel(), dtype=torch.int64)
+    for b, e in zip(begin.tolist(), end.tolist()):
+        covered[b:e] += 1
+    assert bool((covered == 1).all())
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), block=BLOCKS, strategy=STRATEGY,
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.uint8]),
+       per_channel=st.booleans(), seed=st.integers(0, 2**16))
+def test_affine_matches_float64_reference(device, dims, data, block, strategy, dtype, per_channel, seed):
+    per_channel = per_channel and dims == 3
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed, dtype)
+    m, c = len(shapes), shapes[0][0] if per_channel and shapes else 1
+    g = torch.Generator().manual_seed(seed + 1)
+    scale = torch.randn((m, c) if per_channel else (m,), generator=g, dtype=torch.float64)
+    bias = torch.randn(scale.shape, generator=g, dtype=torch.float64)
+    param = torch.float64 if dtype == torch.float64 else torch.float32
+    got = octopus.affine(batch, scale.to(device, param), bias.to(device, param), strategy=strategy, block_elems=block)
+    want = []
+    for i, t in enumerate(items64(batch)):
+        if per_channel:
+            want.append(t * scale[i].view(c, 1, 1) + bias[i].view(c, 1, 1))
+        else:
+            want.append(t * scale[i] + bias[i])
+    assert got.dtype == (torch.float32 if dtype == torch.uint8 else dtype)
+    tol = dict(rtol=1e-2, atol=1e-2) if dtype == torch.float16 else dict(rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got.values.cpu().double(), packed(want), **tol)
+
+
+@given(data=st.data(), block=BLOCKS, strategy=STRATEGY, seed=st.integers(0, 2**16),
+       kind=st.sampled_from(["clamp", "mask", "keep", "power"]))
+def test_pointwise_matches_reference(device, data, block, strategy, seed, kind):
+    shapes = data.draw(item_shapes(2))
+    batch = make_batch(shapes, 2, device, seed)
+    m = len(shapes)
+    g = torch.Generator().manual_seed(seed + 2)
+    a, b = torch.randn(m, generator=g, dtype=torch.float64), torch.randn(m, generator=g, dtype=torch.float64)
+    a32, b32 = a.float(), b.float()
+    if kind == "clamp":
+        lo, hi = torch.minimum(a32, b32), torch.maximum(a32, b32)
+        got = octopus.clamp(batch, lo.to(device), hi.to(device), strategy=strategy, block_elems=block)
+        want = [t.clamp(float(lo[i]), float(hi[i])) for i, t in enumerate(items64(batch))]
+    elif kind == "mask":
+        got = octopus.threshold(batch, a32.to(device), strategy=strategy, block_elems=block)
+        want = [(t > float(a32[i])).double() for i, t in enumerate(items64(batch))]
+    elif kind == "keep":
+        got = octopus.threshold(batch, a32.to(device), mode="keep", value=b32.to(device), strategy=strategy,
+                                block_elems=block)
+        want = [torch.where(t > float(a32[i]), t, float(b32[i])) for i, t in enumerate(items64(batch))]
+    else:
+        exponent, gain = a32.abs() + 0.25, b32
+        got = octopus.power(octopus.affine(batch, 0.0, 0.0).with_values(batch.values.abs()), exponent.to(device),
+                            gain.to(device), strategy=strategy, block_elems=block)
+        want = [float(gain[i]) * t.abs() ** float(exponent[i]) for i, t in enumerate(items64(batch))]
+    torch.testing.assert_close(got.values.cpu().double(), packed(want), rtol=1e-5, atol=1e-5)
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), block=BLOCKS, strategy=STRATEGY,
+       crop=st.booleans(), seed=st.integers(0, 2**16))
+def test_padding_round_trip(device, dims, data, block, strategy, crop, seed):
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed)
+    largest = [max((s[k] for s in shapes), default=0) for k in range(dims)]
+    slot = [data.draw(st.integers(0, e)) for e in largest] if crop else largest
+    dense = octopus.to_padded(batch, -7.0, slot if crop else None)
+    want = torch.full((len(shapes), *slot), -7.0, dtype=torch.float64)
+    kept = []
+    for i, t in enumerate(items64(batch)):
+        corner = tuple(slice(0, min(e, s)) for e, s in zip(t.shape, slot))
+        want[i][corner] = t[corner]
+        kept.append(t[corner])
+    torch.testing.assert_close(dense.cpu().double(), want, rtol=0, atol=0)
+    sizes = torch.tensor([list(k.shape) for k in kept], dtype=torch.int64).reshape(len(kept), dims)
+    back = octopus.from_padded(dense, sizes, strategy=strategy, block_elems=block)
+    assert back.item_shapes() == [tuple(k.shape) for k in kept]
+    torch.testing.assert_close(back.values.cpu().double(), packed(kept), rtol=0, atol=0)
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), per_channel=st.booleans(), seed=st.integers(0, 2**16),
+       block=st.sampled_from([256, 1024, 16384]))
+def test_item_stats_match_float64_reference(device, dims, data, per_channel, seed, block):
+    per_channel = per_channel and dims == 3
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed)
+    c = shapes[0][0] if per_channel and shapes else 0
+    got = octopus.item_stats(batch, c, block_elems=block)
+    for i, t in enumerate(items64(batch)):
+        groups = t.reshape(c, -1) if c else t.reshape(1, -1)
+        for k, x in enumerate(groups):
+            at = (i, k) if c else i
+            assert float(got.count[at]) == x.numel()
+            torch.testing.assert_close(got.sum[at].cpu(), x.sum(), rtol=1e-9, atol=1e-9)
+            if x.numel():
+                torch.testing.assert_close(got.mean[at].cpu(), x.mean(), rtol=1e-9, atol=1e-9)
+                assert float(got.min[at]) == float(x.min()) and float(got.max[at]) == float(x.max())
+            if x.numel() > 1:
+                torch.testing.assert_close(got.var[at].cpu(), x.var(), rtol=1e-7, atol=1e-9)
+            else:
+                assert bool(got.var[at].isnan())
+
+
+@given(data=st.data(), block=BLOCKS, strategy=STRATEGY, border=st.sampled_from(["replicate", "zero"]),
+       channels=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_stencil_matches_conv2d(device, data, block, strategy, border, channels, seed):
+    shapes = data.draw(item_shapes(3, channels=channels))
+    batch = make_batch(shapes, 3, device, seed)
+    weight = torch.randn(channels, 1, 3, 3, generator=torch.Generator().manual_seed(seed + 3), dtype=torch.float64)
+    got = octopus.depthwise_conv3x3(batch, weight.float().to(device), border=border, strategy=strategy,
+                                    block_elems=block)
+    want = []
+    for t in items64(batch):
+        if t.numel() == 0:
+            want.append(t)
+            continue
+        padded = F.pad(t[None], (1, 1, 1, 1), mode="replicate" if border == "replicate" else "constant")
+        want.append(F.conv2d(padded, weight, groups=channels)[0])
+    assert got.item_shapes() == batch.item_shapes()
+    torch.testing.assert_close(got.values.cpu().double(), packed(want), rtol=1e-5, atol=1e-5)
