@@ -82,7 +82,8 @@ def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, s
     shrinking; sampling coordinates in float32 for every dtype, as torch computes them for
     float32 images). ``size`` says the output:
 
-    * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor;
+    * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor (C = 1
+      for an empty RaggedBatch source: no image says C, and there can be no boxes);
     * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`;
     * ``None``: every crop at its own size (an exact copy), a :class:`RaggedBatch` (the
       boxes are read on the host for the output layout).

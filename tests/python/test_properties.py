@@ -187,3 +187,120 @@ def test_stencil_matches_conv2d(device, data, block, strategy, border, channels,
         want.append(F.conv2d(padded, weight, groups=channels)[0])
     assert got.item_shapes() == batch.item_shapes()
     torch.testing.assert_close(got.values.cpu().double(), packed(want), rtol=1e-5, atol=1e-5)
+
+
+@st.composite
+def boxes_in(draw, image_sizes, max_boxes=8):
+    """int64 [K, 5] boxes (image, y0, x0, y1, x1), each inside its image and non-empty."""
+    rows = []
+    candidates = [i for i, (h, w) in enumerate(image_sizes) if h > 0 and w > 0]
+    for _ in range(draw(st.integers(0, max_boxes)) if candidates else 0):
+        i = draw(st.sampled_from(candidates))
+        h, w = image_sizes[i]
+        y0, x0 = draw(st.integers(0, h - 1)), draw(st.integers(0, w - 1))
+        rows.append([i, y0, x0, draw(st.integers(y0 + 1, h)), draw(st.integers(x0 + 1, w))])
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, 5)
+
+
+def connected(params):
+    """0 times the parameters' sum: added to a loss, it depends on them even for an empty batch."""
+    return sum(0 * p.sum() for p in params)
+
+
+def interpolated(crop, size):
+    return F.interpolate(crop[None], size, mode="bilinear", align_corners=False)[0]
+
+
+@given(data=st.data(), channels=st.integers(1, 3), ragged_source=st.booleans(), seed=st.integers(0, 2**16),
+       size=st.tuples(st.integers(1, 24), st.integers(1, 24)))
+def test_crop_resize_matches_interpolate(device, data, channels, ragged_source, seed, size):
+    g = torch.Generator().manual_seed(seed)
+    if ragged_source:
+        shapes = data.draw(item_shapes(3, max_items=4, channels=channels))
+        source = make_batch(shapes, 3, device, seed)
+        images = items64(source)
+    else:
+        n, h, w = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 40))
+        source = torch.randn(n, channels, h, w, generator=g).to(device)
+        images = [t.double() for t in source.cpu()]
+    boxes = data.draw(boxes_in([tuple(t.shape[1:]) for t in images]))
+    got = octopus.crop_resize(source, boxes, size)
+    # No images, no boxes: nothing says C, and the output is [0, 1, h, w].
+    assert got.shape == (boxes.shape[0], channels if images else 1, *size)
+    want = [interpolated(images[i][:, y0:y1, x0:x1], size) for i, y0, x0, y1, x1 in boxes.tolist()]
+    torch.testing.assert_close(got.cpu().double(), torch.stack(want) if want else got.cpu().double(),
+                               rtol=1e-5, atol=1e-5)
+
+
+@given(data=st.data(), channels=st.integers(1, 3), strategy=STRATEGY, block=BLOCKS, seed=st.integers(0, 2**16))
+def test_resize_ragged_to_ragged_matches_interpolate(device, data, channels, strategy, block, seed):
+    shapes = [s for s in data.draw(item_shapes(3, max_items=5, channels=channels)) if s[1] and s[2]]
+    batch = make_batch(shapes, 3, device, seed)
+    targets = [(data.draw(st.integers(1, 30)), data.draw(st.integers(1, 30))) for _ in shapes]
+    got = octopus.resize(batch, targets, strategy=strategy, block_elems=block)
+    assert got.item_shapes() == [(channels, h, w) for h, w in targets]
+    want = [interpolated(t, hw) for t, hw in zip(items64(batch), targets)]
+    torch.testing.assert_close(got.values.cpu().double(), packed(want), rtol=1e-5, atol=1e-5)
+
+
+@given(data=st.data(), channels=st.integers(1, 2), seed=st.integers(0, 2**16),
+       threshold=st.floats(-1.0, 1.0), max_fraction=st.floats(0.0, 1.0))
+def test_tile_filter_matches_per_tile_loop(device, data, channels, seed, threshold, max_fraction):
+    h, w = data.draw(st.integers(1, 48)), data.draw(st.integers(1, 48))
+    image = torch.randn(channels, h, w, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    tiles = data.draw(boxes_in([(h, w)], max_boxes=12))[:, 1:]
+    got = octopus.tile_filter(image.float().to(device), tiles, threshold, max_fraction=max_fraction, gather=True)
+    kept = []
+    for t, (y0, x0, y1, x1) in enumerate(tiles.tolist()):
+        tile = image.float().double()[:, y0:y1, x0:x1]
+        fraction = float((tile > threshold).double().mean())
+        torch.testing.assert_close(float(got.mean[t]), float(tile.mean()), rtol=1e-9, atol=1e-9)
+        assert float(got.fraction[t]) == fraction
+        assert bool(got.keep[t]) == (fraction <= max_fraction)
+        if fraction <= max_fraction:
+            kept.append(tile)
+    assert got.kept_index.tolist() == got.keep.nonzero().squeeze(1).tolist()
+    torch.testing.assert_close(got.kept.values.cpu().double(), packed(kept), rtol=0, atol=0)
+
+
+@given(dims=st.sampled_from([1, 3]), data=st.data(), block=BLOCKS, strategy=STRATEGY, seed=st.integers(0, 2**16))
+def test_gradients_match_float64_autograd(device, dims, data, block, strategy, seed):
+    """affine's gradients for values, scale and bias, and the padding round trip's for the
+    values, against autograd through the per-item reference."""
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed, torch.float64)
+    m = len(shapes)
+    g = torch.Generator().manual_seed(seed + 4)
+    scale, bias = (torch.randn(m, generator=g, dtype=torch.float64).to(device).requires_grad_() for _ in range(2))
+    values = batch.values.clone().requires_grad_()
+    out = octopus.affine(batch.with_values(values), scale, bias, strategy=strategy, block_elems=block)
+    weights = torch.randn(out.numel(), generator=g, dtype=torch.float64).to(device)
+    got = torch.autograd.grad((out.values * weights).sum() + connected((values, scale, bias)), (values, scale, bias))
+
+    ref = [p.detach().cpu().requires_grad_() for p in (values, scale, bias)]
+    offsets = batch.host_layout()[0].tolist()
+    pieces = [ref[0][offsets[i]:offsets[i + 1]] * ref[1][i] + ref[2][i] for i in range(m)]
+    want = torch.autograd.grad((packed(pieces) * weights.cpu()).sum() + connected(ref), ref)
+    for name, a, b in zip(("values", "scale", "bias"), got, want):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-9, atol=1e-9, msg=lambda msg: f"grad of {name}: {msg}")
+
+    padded = octopus.to_padded(batch.with_values(values), 0.0)
+    back = octopus.from_padded(padded, batch.host_layout()[1], strategy=strategy, block_elems=block)
+    (grad,) = torch.autograd.grad((back.values * weights).sum() + padded.sum() + connected([values]), values)
+    torch.testing.assert_close(grad.cpu(), weights.cpu() + 1, rtol=0, atol=1e-12)
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), per_channel=st.booleans(), seed=st.integers(0, 2**16))
+def test_normalize_matches_instance_norm(device, dims, data, per_channel, seed):
+    per_channel = per_channel and dims == 3
+    shapes = data.draw(item_shapes(dims))
+    batch = make_batch(shapes, dims, device, seed, torch.float64)
+    c = shapes[0][0] if per_channel and shapes else 0
+    got = octopus.normalize(batch, c, eps=1e-3)
+    want = []
+    for t in items64(batch):
+        groups = t.reshape(c, -1) if c else t.reshape(1, -1)
+        mean = groups.mean(1, keepdim=True)
+        std = groups.var(1, correction=0, keepdim=True).sqrt()
+        want.append(((groups - mean) / (std + 1e-3)).reshape(t.shape))
+    torch.testing.assert_close(got.values.cpu(), packed(want), rtol=1e-9, atol=1e-9)
