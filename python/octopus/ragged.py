@@ -250,8 +250,14 @@ class RaggedBatch:
                                  "these items differ in more than one dimension (use layout=torch.strided)")
             tail = next(iter(rest)) if rest else ()
             inner = math.prod(tail)
-            rows = self._values.view(-1, *tail)
-            row_offsets = self._offsets if inner == 1 else self._offsets // inner
+            if inner == 0:  # rows of no elements: how many there are is in the first extents
+                host_rows = torch.zeros(len(self) + 1, dtype=torch.int64)
+                torch.cumsum(self.host_layout()[1][:, 0], 0, out=host_rows[1:])
+                rows = self._values.new_empty((int(host_rows[-1]), *tail))
+                row_offsets = host_rows.to(self.device)
+            else:
+                rows = self._values.view(-1, *tail)
+                row_offsets = self._offsets if inner == 1 else self._offsets // inner
             return torch.nested.nested_tensor_from_jagged(rows, offsets=row_offsets)
         if layout == torch.strided:
             return torch.nested.nested_tensor(self.unbind(), layout=torch.strided)

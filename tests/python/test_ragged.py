@@ -53,6 +53,15 @@ def test_nested_jagged_round_trip_is_zero_copy(device):
         torch.testing.assert_close(a, b)
 
 
+def test_nested_jagged_items_of_zero_width(device):
+    # Rows of no elements: the jagged tensor still has 5 + 2 rows (it once failed to view 0 values as [-1, 0]).
+    batch = octopus.RaggedBatch.from_tensors([torch.zeros(5, 0), torch.zeros(2, 0)], device=device)
+    nt = batch.to_nested()
+    assert nt.layout == torch.jagged and [tuple(t.shape) for t in nt.unbind()] == [(5, 0), (2, 0)]
+    back = octopus.RaggedBatch.from_nested(nt)
+    assert back.item_shapes() == [(5, 0), (2, 0)] and back.offsets.tolist() == [0, 0, 0]
+
+
 def test_nested_strided(device):
     items = [torch.randn(2, 3, 4), torch.randn(2, 5, 6)]
     nt = torch.nested.nested_tensor(items, layout=torch.strided, device=device)
