@@ -304,3 +304,23 @@ def test_normalize_matches_instance_norm(device, dims, data, per_channel, seed):
         std = groups.var(1, correction=0, keepdim=True).sqrt()
         want.append(((groups - mean) / (std + 1e-3)).reshape(t.shape))
     torch.testing.assert_close(got.values.cpu(), packed(want), rtol=1e-9, atol=1e-9)
+
+
+@given(dims=st.sampled_from([1, 2, 3]), data=st.data(), same_tail=st.booleans(), seed=st.integers(0, 2**16))
+def test_nested_round_trips(device, dims, data, same_tail, seed):
+    """RaggedBatch -> torch.nested (jagged where the items share their extents past the
+    first, strided always) -> RaggedBatch keeps every item; unbind gives the items back."""
+    shapes = data.draw(item_shapes(dims))
+    if same_tail and dims > 1 and shapes:
+        shapes = [(s[0], *shapes[0][1:]) for s in shapes]
+    batch = make_batch(shapes, dims, device, seed)
+    assert [tuple(t.shape) for t in batch.unbind()] == [tuple(s) for s in shapes]
+    layouts = [torch.strided] if len(shapes) else []
+    if len({s[1:] for s in shapes}) == 1:
+        layouts.append(torch.jagged)
+    for layout in layouts:
+        nt = batch.to_nested(layout)
+        assert nt.layout == layout
+        back = octopus.RaggedBatch.from_nested(nt)
+        assert back.item_shapes() == batch.item_shapes(), layout
+        assert torch.equal(back.values, batch.values) and torch.equal(back.offsets, batch.offsets)
