@@ -324,3 +324,37 @@ def test_nested_round_trips(device, dims, data, same_tail, seed):
         back = octopus.RaggedBatch.from_nested(nt)
         assert back.item_shapes() == batch.item_shapes(), layout
         assert torch.equal(back.values, batch.values) and torch.equal(back.offsets, batch.offsets)
+
+
+@given(data=st.data(), strategy=STRATEGY, n=st.integers(0, 60))
+def test_arbitrary_offsets_work_or_raise_naming_them(device, data, strategy, n):
+    """Offsets drawn with no regard for validity (any start, decreasing, negative, past the
+    values): every checked entry point either gives the reference answer or raises a
+    ValueError that names the offsets — never a crash, a hang or a silent wrong answer."""
+    if data.draw(st.booleans()):  # half of the draws valid, so that both answers are checked
+        cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=7)))
+        offsets = [0, *cuts, n]
+    else:
+        offsets = data.draw(st.lists(st.integers(-5, 70), min_size=1, max_size=8))
+    valid = offsets[0] == 0 and offsets[-1] == n and all(a <= b for a, b in zip(offsets, offsets[1:]))
+    values = torch.randn(n, generator=torch.Generator().manual_seed(n), dtype=torch.float64).to(device)
+    o = torch.tensor(offsets, dtype=torch.int64, device=device)
+    m = len(offsets) - 1
+    scale = torch.arange(1, m + 1, dtype=torch.float64, device=device)
+    lengths = [max(b - a, 0) for a, b in zip(offsets, offsets[1:])]
+    sizes = torch.tensor(lengths, dtype=torch.int64, device=device).reshape(m, 1)
+    calls = {
+        "affine": lambda: octopus.affine(values, scale, 1.0, offsets=o, strategy=strategy),
+        "RaggedBatch": lambda: octopus.RaggedBatch(values, o, sizes).values,
+    }
+    for name, call in calls.items():
+        if valid:
+            got = call()
+            want = values.clone()
+            if name == "affine":
+                for i in range(m):
+                    want[offsets[i]:offsets[i + 1]] = want[offsets[i]:offsets[i + 1]] * (i + 1) + 1
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        else:
+            with pytest.raises(ValueError, match="offsets"):
+                call()
