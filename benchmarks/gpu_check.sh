@@ -5,7 +5,7 @@
 # benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all").
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
-# (diffusers, for the parity tests) can be put in .whl/.
+# (diffusers for the parity tests, hypothesis for the property tests) can be put in .whl/.
 set -uo pipefail
 out=${1:-benchmarks/results}
 benches=${BENCHES:-affine scheduler diffusion all}
