@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 
@@ -102,13 +104,19 @@ at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, 
     const int64_t* sz = a.sizes.data_ptr<int64_t>();
     const int64_t* bx = a.boxes.data_ptr<int64_t>();
     at::parallel_for(0, k_boxes * channels * out_h, 16, [&](int64_t first, int64_t last) {
+      std::vector<BilinearTap> column_taps(out_w);  // a row's taps: the same for every row of a crop width
+      int64_t taps_width = -1;
       for (int64_t row = first; row < last; ++row) {
         const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
         const CropBox b = crop_box(bx, k, off, sz, m);
         const BilinearTap ty = bilinear_tap(oy, out_h, b.h);
         const T* src = in + b.base + c * b.plane + b.y0 * b.width + b.x0;
+        if (b.w != taps_width) {
+          for (int64_t ox = 0; ox < out_w; ++ox) column_taps[ox] = bilinear_tap(ox, out_w, b.w);
+          taps_width = b.w;
+        }
         for (int64_t ox = 0; ox < out_w; ++ox) {
-          const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
+          const BilinearTap& tx = column_taps[ox];
           auto at = [&](int64_t y, int64_t x) { return static_cast<acc_t>(src[y * b.width + x]); };
           const acc_t wy = ty.w, wx = tx.w;
           const acc_t v = (1 - wy) * ((1 - wx) * at(ty.i0, tx.i0) + wx * at(ty.i0, tx.i1)) +
