@@ -211,25 +211,27 @@ def interpolated(crop, size):
     return F.interpolate(crop[None], size, mode="bilinear", align_corners=False)[0]
 
 
+# The criterion: each crop equals torch's own F.interpolate of it (float32, on the CPU)
+# to within 1e-5. Frames up to 300 pixels a side: sampling coordinates that large show a
+# coordinate rounded differently from torch's.
 @given(data=st.data(), channels=st.integers(1, 3), ragged_source=st.booleans(), seed=st.integers(0, 2**16),
-       size=st.tuples(st.integers(1, 24), st.integers(1, 24)))
+       size=st.tuples(st.integers(1, 48), st.integers(1, 48)))
 def test_crop_resize_matches_interpolate(device, data, channels, ragged_source, seed, size):
     g = torch.Generator().manual_seed(seed)
     if ragged_source:
         shapes = data.draw(item_shapes(3, max_items=4, channels=channels))
         source = make_batch(shapes, 3, device, seed)
-        images = items64(source)
+        images = source.cpu().unbind()
     else:
-        n, h, w = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40)), data.draw(st.integers(1, 40))
+        n, h, w = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 300)), data.draw(st.integers(1, 300))
         source = torch.randn(n, channels, h, w, generator=g).to(device)
-        images = [t.double() for t in source.cpu()]
+        images = list(source.cpu())
     boxes = data.draw(boxes_in([tuple(t.shape[1:]) for t in images]))
     got = octopus.crop_resize(source, boxes, size)
     # No images, no boxes: nothing says C, and the output is [0, 1, h, w].
     assert got.shape == (boxes.shape[0], channels if images else 1, *size)
     want = [interpolated(images[i][:, y0:y1, x0:x1], size) for i, y0, x0, y1, x1 in boxes.tolist()]
-    torch.testing.assert_close(got.cpu().double(), torch.stack(want) if want else got.cpu().double(),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.cpu(), torch.stack(want) if want else got.cpu(), rtol=1e-5, atol=1e-5)
 
 
 @given(data=st.data(), channels=st.integers(1, 3), strategy=STRATEGY, block=BLOCKS, seed=st.integers(0, 2**16))
@@ -239,8 +241,8 @@ def test_resize_ragged_to_ragged_matches_interpolate(device, data, channels, str
     targets = [(data.draw(st.integers(1, 30)), data.draw(st.integers(1, 30))) for _ in shapes]
     got = octopus.resize(batch, targets, strategy=strategy, block_elems=block)
     assert got.item_shapes() == [(channels, h, w) for h, w in targets]
-    want = [interpolated(t, hw) for t, hw in zip(items64(batch), targets)]
-    torch.testing.assert_close(got.values.cpu().double(), packed(want), rtol=1e-5, atol=1e-5)
+    want = [interpolated(t, hw) for t, hw in zip(batch.cpu().unbind(), targets)]
+    torch.testing.assert_close(got.values.cpu(), packed(want).float(), rtol=1e-5, atol=1e-5)
 
 
 @given(data=st.data(), channels=st.integers(1, 2), seed=st.integers(0, 2**16),
