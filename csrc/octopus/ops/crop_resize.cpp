@@ -84,6 +84,25 @@ at::Tensor crop_resize_output(const CropResizeArgs& a) {
 
 namespace {
 
+// The column taps of an output row: the same for every row of crops of one width, so they are
+// computed again only when the width changes.
+class ColumnTaps {
+ public:
+  explicit ColumnTaps(int64_t out_w) : taps_(out_w) {}
+  const BilinearTap* for_width(int64_t crop_w) {
+    if (crop_w != width_) {
+      const int64_t out_w = static_cast<int64_t>(taps_.size());
+      for (int64_t ox = 0; ox < out_w; ++ox) taps_[ox] = bilinear_tap(ox, out_w, crop_w);
+      width_ = crop_w;
+    }
+    return taps_.data();
+  }
+
+ private:
+  std::vector<BilinearTap> taps_;
+  int64_t width_ = -1;
+};
+
 at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                            const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w, double scale,
                            const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
@@ -104,19 +123,15 @@ at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, 
     const int64_t* sz = a.sizes.data_ptr<int64_t>();
     const int64_t* bx = a.boxes.data_ptr<int64_t>();
     at::parallel_for(0, k_boxes * channels * out_h, 16, [&](int64_t first, int64_t last) {
-      std::vector<BilinearTap> column_taps(out_w);  // a row's taps: the same for every row of a crop width
-      int64_t taps_width = -1;
+      ColumnTaps columns(out_w);
       for (int64_t row = first; row < last; ++row) {
         const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
         const CropBox b = crop_box(bx, k, off, sz, m);
         const BilinearTap ty = bilinear_tap(oy, out_h, b.h);
         const T* src = in + b.base + c * b.plane + b.y0 * b.width + b.x0;
-        if (b.w != taps_width) {
-          for (int64_t ox = 0; ox < out_w; ++ox) column_taps[ox] = bilinear_tap(ox, out_w, b.w);
-          taps_width = b.w;
-        }
+        const BilinearTap* taps = columns.for_width(b.w);
         for (int64_t ox = 0; ox < out_w; ++ox) {
-          const BilinearTap& tx = column_taps[ox];
+          const BilinearTap& tx = taps[ox];
           auto at = [&](int64_t y, int64_t x) { return static_cast<acc_t>(src[y * b.width + x]); };
           const acc_t wy = ty.w, wx = tx.w;
           const acc_t v = (1 - wy) * ((1 - wx) * at(ty.i0, tx.i0) + wx * at(ty.i0, tx.i1)) +
@@ -149,14 +164,16 @@ at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& va
     const int64_t* off = a.offsets.data_ptr<int64_t>();
     const int64_t* sz = a.sizes.data_ptr<int64_t>();
     const int64_t* bx = a.boxes.data_ptr<int64_t>();
+    ColumnTaps columns(out_w);
     for (int64_t row = 0; row < boxes.size(0) * channels * out_h; ++row) {
       const int64_t oy = row % out_h, c = row / out_h % channels, k = row / (out_h * channels);
       const CropBox b = crop_box(bx, k, off, sz, m);
       const BilinearTap ty = bilinear_tap(oy, out_h, b.h);
       scalar_t* dst = r + b.base + c * b.plane + b.y0 * b.width + b.x0;
       const scalar_t f = static_cast<scalar_t>(scale) / (sd != nullptr ? sd[c] : scalar_t(1));
+      const BilinearTap* taps = columns.for_width(b.w);
       for (int64_t ox = 0; ox < out_w; ++ox) {
-        const BilinearTap tx = bilinear_tap(ox, out_w, b.w);
+        const BilinearTap& tx = taps[ox];
         const scalar_t v = gp[row * out_w + ox] * f, wy = ty.w, wx = tx.w;
         dst[ty.i0 * b.width + tx.i0] += (1 - wy) * (1 - wx) * v;
         dst[ty.i0 * b.width + tx.i1] += (1 - wy) * wx * v;
