@@ -61,7 +61,7 @@ def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replica
     if not w.is_floating_point():
         raise TypeError(f"weight must be floating point, got {w.dtype}")
     shape = tuple(w.shape)
-    per_channel = len(shape) == 3 and shape[1:] == (3, 3) or len(shape) == 4 and shape[1:] == (1, 3, 3)
+    per_channel = (len(shape) == 3 and shape[1:] == (3, 3)) or (len(shape) == 4 and shape[1:] == (1, 3, 3))
     if shape == (3, 3) or shape == (9,):
         channels = channels or 1
         w = w.reshape(1, 9).expand(channels, 9)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import octopus
+from conftest import random_batch
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -43,15 +44,6 @@ def item_shapes(draw, dims, max_items=10, channels=None):
     return shapes
 
 
-def make_batch(shapes, dims, device, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.uint8:
-        items = [torch.randint(0, 256, s, generator=g, dtype=torch.uint8) for s in shapes]
-    else:
-        items = [torch.randn(s, generator=g, dtype=torch.float64).to(dtype) for s in shapes]
-    return octopus.RaggedBatch.from_tensors(items, device=device, dtype=dtype, item_dim=dims)
-
-
 def items64(batch):
     return [t.double() for t in batch.cpu().unbind()]
 
@@ -63,7 +55,7 @@ def packed(tensors):
 @given(dims=st.sampled_from([1, 2, 3]), data=st.data(), block=BLOCKS, seed=st.integers(0, 2**16))
 def test_plan_covers_every_element_once_within_items(device, dims, data, block, seed):
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=dims)
     item, begin, end = octopus.plan_blocks(octopus.plan(batch, block))
     offsets = batch.host_layout()[0]
     assert bool(((end - begin) > 0).all()) and bool(((end - begin) <= block).all())
@@ -80,7 +72,7 @@ def test_plan_covers_every_element_once_within_items(device, dims, data, block, 
 def test_affine_matches_float64_reference(device, dims, data, block, strategy, dtype, per_channel, seed):
     per_channel = per_channel and dims == 3
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed, dtype)
+    batch = random_batch(shapes, device, dtype, seed=seed, item_dim=dims)
     m, c = len(shapes), shapes[0][0] if per_channel and shapes else 1
     g = torch.Generator().manual_seed(seed + 1)
     scale = torch.randn((m, c) if per_channel else (m,), generator=g, dtype=torch.float64)
@@ -102,7 +94,7 @@ def test_affine_matches_float64_reference(device, dims, data, block, strategy, d
        kind=st.sampled_from(["clamp", "mask", "keep", "power"]))
 def test_pointwise_matches_reference(device, data, block, strategy, seed, kind):
     shapes = data.draw(item_shapes(2))
-    batch = make_batch(shapes, 2, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=2)
     m = len(shapes)
     g = torch.Generator().manual_seed(seed + 2)
     a, b = torch.randn(m, generator=g, dtype=torch.float64), torch.randn(m, generator=g, dtype=torch.float64)
@@ -130,7 +122,7 @@ def test_pointwise_matches_reference(device, data, block, strategy, seed, kind):
        crop=st.booleans(), seed=st.integers(0, 2**16))
 def test_padding_round_trip(device, dims, data, block, strategy, crop, seed):
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=dims)
     largest = [max((s[k] for s in shapes), default=0) for k in range(dims)]
     slot = [data.draw(st.integers(0, e)) for e in largest] if crop else largest
     dense = octopus.to_padded(batch, -7.0, slot if crop else None)
@@ -152,7 +144,7 @@ def test_padding_round_trip(device, dims, data, block, strategy, crop, seed):
 def test_item_stats_match_float64_reference(device, dims, data, per_channel, seed, block):
     per_channel = per_channel and dims == 3
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=dims)
     c = shapes[0][0] if per_channel and shapes else 0
     got = octopus.item_stats(batch, c, block_elems=block)
     for i, t in enumerate(items64(batch)):
@@ -174,7 +166,7 @@ def test_item_stats_match_float64_reference(device, dims, data, per_channel, see
        channels=st.integers(1, 3), seed=st.integers(0, 2**16))
 def test_stencil_matches_conv2d(device, data, block, strategy, border, channels, seed):
     shapes = data.draw(item_shapes(3, channels=channels))
-    batch = make_batch(shapes, 3, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=3)
     weight = torch.randn(channels, 1, 3, 3, generator=torch.Generator().manual_seed(seed + 3), dtype=torch.float64)
     got = octopus.depthwise_conv3x3(batch, weight.float().to(device), border=border, strategy=strategy,
                                     block_elems=block)
@@ -220,7 +212,7 @@ def test_crop_resize_matches_interpolate(device, data, channels, ragged_source, 
     g = torch.Generator().manual_seed(seed)
     if ragged_source:
         shapes = data.draw(item_shapes(3, max_items=4, channels=channels))
-        source = make_batch(shapes, 3, device, seed)
+        source = random_batch(shapes, device, seed=seed, item_dim=3)
         images = source.cpu().unbind()
     else:
         n, h, w = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 300)), data.draw(st.integers(1, 300))
@@ -237,7 +229,7 @@ def test_crop_resize_matches_interpolate(device, data, channels, ragged_source, 
 @given(data=st.data(), channels=st.integers(1, 3), strategy=STRATEGY, block=BLOCKS, seed=st.integers(0, 2**16))
 def test_resize_ragged_to_ragged_matches_interpolate(device, data, channels, strategy, block, seed):
     shapes = [s for s in data.draw(item_shapes(3, max_items=5, channels=channels)) if s[1] and s[2]]
-    batch = make_batch(shapes, 3, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=3)
     targets = [(data.draw(st.integers(1, 30)), data.draw(st.integers(1, 30))) for _ in shapes]
     got = octopus.resize(batch, targets, strategy=strategy, block_elems=block)
     assert got.item_shapes() == [(channels, h, w) for h, w in targets]
@@ -270,7 +262,7 @@ def test_gradients_match_float64_autograd(device, dims, data, block, strategy, s
     """affine's gradients for values, scale and bias, and the padding round trip's for the
     values, against autograd through the per-item reference."""
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed, torch.float64)
+    batch = random_batch(shapes, device, torch.float64, seed=seed, item_dim=dims)
     m = len(shapes)
     g = torch.Generator().manual_seed(seed + 4)
     scale, bias = (torch.randn(m, generator=g, dtype=torch.float64).to(device).requires_grad_() for _ in range(2))
@@ -296,7 +288,7 @@ def test_gradients_match_float64_autograd(device, dims, data, block, strategy, s
 def test_normalize_matches_instance_norm(device, dims, data, per_channel, seed):
     per_channel = per_channel and dims == 3
     shapes = data.draw(item_shapes(dims))
-    batch = make_batch(shapes, dims, device, seed, torch.float64)
+    batch = random_batch(shapes, device, torch.float64, seed=seed, item_dim=dims)
     c = shapes[0][0] if per_channel and shapes else 0
     got = octopus.normalize(batch, c, eps=1e-3)
     want = []
@@ -315,7 +307,7 @@ def test_nested_round_trips(device, dims, data, same_tail, seed):
     shapes = data.draw(item_shapes(dims))
     if same_tail and dims > 1 and shapes:
         shapes = [(s[0], *shapes[0][1:]) for s in shapes]
-    batch = make_batch(shapes, dims, device, seed)
+    batch = random_batch(shapes, device, seed=seed, item_dim=dims)
     assert [tuple(t.shape) for t in batch.unbind()] == [tuple(s) for s in shapes]
     layouts = [torch.strided] if len(shapes) else []
     if len({s[1:] for s in shapes}) == 1:
