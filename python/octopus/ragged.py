@@ -180,6 +180,22 @@ class RaggedBatch:
         out._metadata = self._metadata
         return out
 
+    def narrow_items(self, start: int, stop: int) -> "RaggedBatch":
+        """Items ``start`` to ``stop - 1`` as a batch of their own whose values are a view
+        of this batch's (no copy of the elements; the layout is rebased on the host)."""
+        m = len(self)
+        if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start <= stop <= m:
+            raise ValueError(f"narrow_items needs 0 <= start <= stop <= {m} (num_items), got start={start!r}, "
+                             f"stop={stop!r}")
+        offsets, sizes = self.host_layout()
+        begin, end = int(offsets[start]), int(offsets[stop])
+        host_offsets = offsets[start:stop + 1] - begin
+        host_sizes = sizes[start:stop]
+        out = RaggedBatch(self._values[begin:end], host_offsets.to(self.device), host_sizes.to(self.device),
+                          validate=False)
+        out._host_layout = (host_offsets, host_sizes)
+        return out
+
     def to(self, device=None, dtype=None, non_blocking: bool = False) -> "RaggedBatch":
         device = torch.device(device) if device is not None else self.device
         values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)

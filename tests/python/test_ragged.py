@@ -184,3 +184,25 @@ def test_mixed_devices_rejected():
         torch.ops.octopus.affine(batch.values, batch.offsets, torch.ones(1), torch.ones(1, device="cuda"))
     with pytest.raises(ValueError, match="offsets must be on the values' device"):
         octopus.RaggedBatch(batch.values, batch.offsets.cpu(), batch.sizes)
+
+
+@pytest.mark.parametrize("start,stop", [(0, 0), (0, 5), (2, 4), (4, 5), (5, 5), (1, 3)])
+def test_narrow_items_is_a_view_of_the_items(device, start, stop):
+    items = [torch.rand(2, h, w, device=device) for h, w in [(3, 4), (0, 5), (1, 1), (7, 2), (2, 9)]]
+    batch = octopus.RaggedBatch.from_tensors(items)
+    part = batch.narrow_items(start, stop)
+    assert len(part) == stop - start
+    for got, want in zip(part.unbind(), items[start:stop]):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert part.offsets.device == batch.device and int(part.offsets[0]) == 0
+    torch.ops.octopus.validate_layout(part.offsets, part.sizes, part.numel())
+    if part.numel():
+        part.values.fill_(-1.0)  # a view: the batch sees it
+        assert batch.values[int(batch.offsets[start]):int(batch.offsets[stop])].eq(-1).all()
+
+
+@pytest.mark.parametrize("start,stop", [(-1, 2), (3, 2), (0, 6), (0.0, 1)])
+def test_narrow_items_rejects_bad_ranges(start, stop):
+    batch = octopus.RaggedBatch.from_tensors([torch.rand(3)] * 5)
+    with pytest.raises(ValueError, match="narrow_items"):
+        batch.narrow_items(start, stop)
