@@ -114,7 +114,7 @@ class TestBadInput:
             octopus.affine(v, torch.ones(m, device=device), offsets=o)
 
     def test_sizes_disagree_with_offsets(self, device):
-        with pytest.raises(ValueError, match=r"sizes\[1\] has 6 elements"):
+        with pytest.raises(ValueError, match=r"sizes\[1\] = \(2, 3\) has 6 elements"):
             octopus.RaggedBatch(torch.randn(9, device=device), torch.tensor([0, 4, 9], device=device),
                                 torch.tensor([[2, 2], [2, 3]], device=device))
         with pytest.raises(ValueError, match="negative"):

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include "octopus/core/layout.h"
 #include "octopus/core/plan.h"
 
 namespace octopus {
@@ -36,16 +35,31 @@ int64_t resolve_block_elems(int64_t block_elems) {
   return block_elems;
 }
 
+std::string format_shape(c10::IntArrayRef shape) {
+  return format_shape(shape.data(), static_cast<int64_t>(shape.size()));
+}
+
+std::string format_item_shape(const at::Tensor& sizes, int64_t item) {
+  const at::Tensor row = sizes[item].to(at::kCPU).contiguous();
+  return format_shape(row.data_ptr<int64_t>(), row.numel());
+}
+
+void check_offsets_tensor(const at::Tensor& offsets, const char* name) {
+  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, name, " must be int64, got ", offsets.scalar_type());
+  TORCH_CHECK_VALUE(offsets.dim() == 1, name, " must be 1-D [num_items + 1], got shape ",
+                    format_shape(offsets.sizes()));
+  TORCH_CHECK_VALUE(offsets.numel() >= 1, name, " needs at least one entry: num_items + 1 of them, starting with 0 "
+                    "(an empty batch has ", name, " [0]); got an empty tensor");
+  TORCH_CHECK_VALUE(offsets.numel() - 1 <= kMaxItems, name, " describes ", offsets.numel() - 1,
+                    " items; at most 2^31 - 1 are supported");
+}
+
 void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offsets) {
   TORCH_CHECK_VALUE(values.dim() == 1, "values must be 1-D (the items' elements back to back), got shape ",
-                    values.sizes());
-  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, "offsets must be int64, got ", offsets.scalar_type());
-  TORCH_CHECK_VALUE(offsets.dim() == 1, "offsets must be 1-D [num_items + 1], got shape ", offsets.sizes());
-  TORCH_CHECK_VALUE(offsets.numel() >= 1, "offsets must have at least one entry (offsets[0] == 0)");
+                    format_shape(values.sizes()));
+  check_offsets_tensor(offsets);
   TORCH_CHECK_VALUE(offsets.device() == values.device(), "offsets must be on the same device as values (",
                     values.device(), "), got ", offsets.device());
-  TORCH_CHECK_VALUE(offsets.numel() - 1 <= kMaxItems, "offsets describes ", offsets.numel() - 1,
-                    " items; at most 2^31 - 1 are supported");
 }
 
 void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t num_values, int64_t channels,
@@ -60,8 +74,8 @@ void validate_layout(const at::Tensor& offsets, const at::Tensor& sizes, int64_t
   }
   if (!sizes.defined()) return;
   TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
-  TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m, "sizes must have shape [num_items, D] = [", m,
-                    ", D], got ", sizes.sizes());
+  TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m, "sizes must have shape [num_items, D] = (", m,
+                    ", D), got ", format_shape(sizes.sizes()));
   const at::Tensor host_sizes = sizes.to(at::kCPU).contiguous();
   error = check_sizes(host_sizes.data_ptr<int64_t>(), m, sizes.size(1), host_offsets.data_ptr<int64_t>());
   TORCH_CHECK_VALUE(error.empty(), error);
@@ -75,7 +89,7 @@ int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num
                     param.device());
   TORCH_CHECK_VALUE((param.dim() == 1 || param.dim() == 2) && param.size(0) == num_items, name,
                     " must have shape [num_items] or [num_items, channels] with num_items = ", num_items, ", got ",
-                    param.sizes());
+                    format_shape(param.sizes()));
   TORCH_CHECK_VALUE(param.dim() == 1 || param.size(1) >= 1, name, " has zero channels");
   return param.dim() == 2 ? param.size(1) : 0;
 }
@@ -94,14 +108,15 @@ void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy
                             meta.size(0) == plan_rows(num_values, m, block_elems) && meta.is_contiguous(),
                         "metadata for strategy '", strategy_name(strategy),
                         "' must be the plan of this batch built with block_elems=", block_elems,
-                        " (int64 [", plan_rows(num_values, m, block_elems), ", 2], from octopus.plan); got ",
-                        meta.scalar_type(), " ", meta.sizes());
+                        " (int64 of shape (", plan_rows(num_values, m, block_elems), ", 2), from octopus.plan); got ",
+                        meta.scalar_type(), " of shape ", format_shape(meta.sizes()));
       return;
     case Strategy::Lookup:
       TORCH_CHECK_VALUE(meta.scalar_type() == at::kInt && meta.dim() == 1 && meta.numel() == num_values &&
                             meta.is_contiguous(),
-                        "metadata for strategy 'lookup' must be this batch's item table (int32 [", num_values,
-                        "], from octopus.lookup_table); got ", meta.scalar_type(), " ", meta.sizes());
+                        "metadata for strategy 'lookup' must be this batch's item table (int32 of shape (", num_values,
+                        ",), from octopus.lookup_table); got ", meta.scalar_type(), " of shape ",
+                        format_shape(meta.sizes()));
       return;
     case Strategy::Search:
     case Strategy::BlockSearch:

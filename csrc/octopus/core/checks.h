@@ -3,9 +3,13 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/string_view.h>
 
 #include <cstdint>
+#include <string>
+
+#include "octopus/core/layout.h"
 
 namespace octopus {
 
@@ -18,7 +22,17 @@ const char* strategy_name(Strategy strategy);
 // 0 selects the default; otherwise a positive multiple of 16 up to kMaxBlockElems.
 int64_t resolve_block_elems(int64_t block_elems);
 
-// values: 1-D; offsets: int64, 1-D, at least one entry, on values' device, fewer than 2^31 items.
+// Shapes in error messages, one form everywhere: Python's tuple on one line, "(3, 480, 640)"
+// (core/layout.h's format_shape). A tensor's shape is format_shape(t.sizes()).
+std::string format_shape(c10::IntArrayRef shape);
+// Row `item` of an int64 [M, D] sizes tensor on any device (one small copy to the host).
+std::string format_item_shape(const at::Tensor& sizes, int64_t item);
+
+// An offsets tensor: int64, 1-D, at least one entry (offsets[0] == 0 for an empty batch),
+// fewer than 2^31 items. `name` is the argument's name in messages.
+void check_offsets_tensor(const at::Tensor& offsets, const char* name = "offsets");
+
+// values: 1-D; offsets: as check_offsets_tensor, on values' device.
 void check_values_and_offsets(const at::Tensor& values, const at::Tensor& offsets);
 
 // Full check of offsets' contents against n values, of sizes when defined, and, when

@@ -4,10 +4,19 @@
 
 namespace octopus {
 
+std::string format_shape(const int64_t* extents, int64_t count) {
+  std::ostringstream out;
+  out << "(";
+  for (int64_t k = 0; k < count; ++k) out << (k ? ", " : "") << extents[k];
+  out << (count == 1 ? ",)" : ")");
+  return out.str();
+}
+
 std::string check_offsets(const int64_t* offsets, int64_t m, int64_t n, const char* name) {
   std::ostringstream msg;
   if (m < 0) {
-    msg << name << " must have at least one entry (offsets[0] == 0)";
+    msg << name << " needs at least one entry: num_items + 1 of them, starting with 0 (an empty batch has " << name
+        << " [0]); got none";
     return msg.str();
   }
   if (offsets[0] != 0) {
@@ -44,8 +53,9 @@ std::string check_sizes(const int64_t* sizes, int64_t m, int64_t d, const int64_
     const int64_t span = offsets[i + 1] - offsets[i];
     if (count != span) {
       std::ostringstream msg;
-      msg << name << "[" << i << "] has " << count << " elements but offsets give item " << i << " " << span
-          << " (offsets[" << i + 1 << "] - offsets[" << i << "])";
+      msg << name << "[" << i << "] = " << format_shape(sizes + i * d, d) << " has " << count
+          << " elements but offsets give item " << i << " " << span << " (offsets[" << i + 1 << "] - offsets[" << i
+          << "])";
       return msg.str();
     }
   }

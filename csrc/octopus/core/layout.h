@@ -7,6 +7,10 @@
 
 namespace octopus {
 
+// A shape as error messages print it everywhere, Python's tuple form on one line:
+// "(3, 480, 640)", "(5,)" for one extent, "()" for none.
+std::string format_shape(const int64_t* extents, int64_t count);
+
 // Checks offsets[0..m] against a buffer of n values: offsets[0] == 0, non-decreasing,
 // offsets[m] == n. Returns an empty string when valid, otherwise a message that names
 // `name` and the first offending index.

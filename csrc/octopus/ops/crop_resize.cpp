@@ -22,17 +22,17 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
   const int64_t m = offsets.numel() - 1;
   TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
   TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m && sizes.size(1) == 3,
-                    "sizes must be [num_images, 3] (C, H, W of each image), got ", sizes.sizes());
+                    "sizes must be [num_images, 3] (C, H, W of each image), got shape ", format_shape(sizes.sizes()));
   TORCH_CHECK_TYPE(boxes.scalar_type() == at::kLong, "boxes must be int64 (image, y0, x0, y1, x1), got ",
                    boxes.scalar_type());
-  TORCH_CHECK_VALUE(boxes.dim() == 2 && boxes.size(1) == 5, "boxes must be [K, 5] (image, y0, x0, y1, x1), got ",
-                    boxes.sizes());
+  TORCH_CHECK_VALUE(boxes.dim() == 2 && boxes.size(1) == 5, "boxes must be [K, 5] (image, y0, x0, y1, x1), got shape ",
+                    format_shape(boxes.sizes()));
   for (const auto* t : {&sizes, &boxes}) {
     TORCH_CHECK_VALUE(t->device() == values.device(), (t == &sizes ? "sizes" : "boxes"),
                       " must be on the values' device (", values.device(), "), got ", t->device());
   }
   TORCH_CHECK_VALUE(channels > 0, "channels must be positive, got ", channels);
-  TORCH_CHECK_VALUE(out_h > 0 && out_w > 0, "the output size must be positive, got ", out_h, " x ", out_w);
+  TORCH_CHECK_VALUE(out_h > 0 && out_w > 0, "the output size must be positive, got (", out_h, ", ", out_w, ")");
   TORCH_CHECK_VALUE(boxes.size(0) == 0 || m > 0, "boxes refer to images but the batch has none");
   const at::ScalarType param_dtype = param_dtype_for(values.scalar_type());
   for (const auto& [param, name] : {std::pair{&mean, "mean"}, std::pair{&std, "std"}}) {
@@ -40,7 +40,7 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
     const at::Tensor& p = **param;
     TORCH_CHECK_TYPE(p.scalar_type() == param_dtype, name, " must be ", param_dtype, ", got ", p.scalar_type());
     TORCH_CHECK_VALUE(p.dim() == 1 && p.numel() == channels, name, " must have one value per channel (", channels,
-                      "), got shape ", p.sizes());
+                      "), got shape ", format_shape(p.sizes()));
     TORCH_CHECK_VALUE(p.device() == values.device(), name, " must be on the values' device (", values.device(),
                       "), got ", p.device());
   }
@@ -52,7 +52,7 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
     for (int64_t i = 0; i < m; ++i) {
       TORCH_CHECK_VALUE(sz[3 * i] == channels, "image ", i, " has ", sz[3 * i], " channels, expected ", channels);
       TORCH_CHECK_VALUE(sz[3 * i + 1] < (int64_t{1} << 31) && sz[3 * i + 2] < (int64_t{1} << 31), "image ", i,
-                        " is ", sz[3 * i + 1], " x ", sz[3 * i + 2], "; crops need sides below 2^31");
+                        " has shape ", format_shape(sz + 3 * i, 3), "; crops need sides below 2^31");
     }
     for (int64_t k = 0; k < b.size(0); ++k) {
       const int64_t* r = bx + 5 * k;

@@ -20,14 +20,14 @@ CropResizeRaggedArgs prepare_crop_resize_ragged(const at::Tensor& values, const 
   a.strategy = parse_strategy(strategy);
   a.block_elems = resolve_block_elems(block_elems);
   const int64_t k = boxes.dim() == 2 ? boxes.size(0) : -1;
-  TORCH_CHECK_TYPE(out_offsets.scalar_type() == at::kLong, "out_offsets must be int64, got ",
-                   out_offsets.scalar_type());
-  TORCH_CHECK_VALUE(out_offsets.dim() == 1 && out_offsets.numel() == k + 1,
-                    "out_offsets must be [num_boxes + 1] (one output item per box), got shape ", out_offsets.sizes());
+  check_offsets_tensor(out_offsets, "out_offsets");
+  TORCH_CHECK_VALUE(out_offsets.numel() == k + 1,
+                    "out_offsets must be [num_boxes + 1] (one output item per box), got shape ",
+                    format_shape(out_offsets.sizes()));
   TORCH_CHECK_TYPE(out_sizes.scalar_type() == at::kLong, "out_sizes must be int64, got ", out_sizes.scalar_type());
   TORCH_CHECK_VALUE(out_sizes.dim() == 2 && out_sizes.size(0) == k && out_sizes.size(1) == 3,
                     "out_sizes must be [num_boxes, 3] (C, out_h, out_w of each output), got shape ",
-                    out_sizes.sizes());
+                    format_shape(out_sizes.sizes()));
   for (const auto* t : {&out_offsets, &out_sizes}) {
     TORCH_CHECK_VALUE(t->device() == values.device(), (t == &out_offsets ? "out_offsets" : "out_sizes"),
                       " must be on the values' device (", values.device(), "), got ", t->device());

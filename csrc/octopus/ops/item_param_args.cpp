@@ -17,8 +17,8 @@ ItemParamArgs prepare_item_params(const at::Tensor& values, const at::Tensor& of
   dispatch_values_dtype(values.scalar_type(), [](auto) {});  // rejects unsupported dtypes
   a.channels = check_item_params(scale, scale_name, m, param_dtype, values.device());
   check_item_params(bias, bias_name, m, param_dtype, values.device());
-  TORCH_CHECK_VALUE(bias.sizes() == scale.sizes(), bias_name, " must have the same shape as ", scale_name, " (",
-                    scale.sizes(), "), got ", bias.sizes());
+  TORCH_CHECK_VALUE(bias.sizes() == scale.sizes(), bias_name, " must have the same shape as ", scale_name, " ",
+                    format_shape(scale.sizes()), ", got ", format_shape(bias.sizes()));
   if (validate_contents) validate_layout(offsets, at::Tensor(), values.numel(), a.channels, scale_name);
   a.values = kernel_ready(values);
   a.offsets = offsets.contiguous();

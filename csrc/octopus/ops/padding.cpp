@@ -16,8 +16,8 @@ namespace {
 
 void check_sizes_tensor(const at::Tensor& sizes, const at::Tensor& offsets) {
   TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
-  TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == offsets.numel() - 1, "sizes must have shape [num_items, D] = [",
-                    offsets.numel() - 1, ", D], got ", sizes.sizes());
+  TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == offsets.numel() - 1, "sizes must have shape [num_items, D] = (",
+                    offsets.numel() - 1, ", D), got ", format_shape(sizes.sizes()));
   TORCH_CHECK_VALUE(sizes.size(1) >= 1 && sizes.size(1) <= kMaxItemDims, "items must have 1 to ", kMaxItemDims,
                     " dimensions, got sizes with ", sizes.size(1), " columns");
   TORCH_CHECK_VALUE(sizes.device() == offsets.device(), "sizes must be on the offsets' device (", offsets.device(),
@@ -45,8 +45,10 @@ PaddingArgs prepare_to_padded(const at::Tensor& values, const at::Tensor& offset
   check_sizes_tensor(sizes, offsets);
   dispatch_copy_dtype(values.scalar_type(), [](auto) {});
   TORCH_CHECK_VALUE(static_cast<int64_t>(max_shape.size()) == sizes.size(1), "max_shape must have one extent per item ",
-                    "dimension (", sizes.size(1), "), got ", max_shape);
-  for (int64_t e : max_shape) TORCH_CHECK_VALUE(e >= 0, "max_shape must be non-negative, got ", max_shape);
+                    "dimension (", sizes.size(1), "), got ", format_shape(max_shape));
+  for (int64_t e : max_shape) {
+    TORCH_CHECK_VALUE(e >= 0, "max_shape must be non-negative, got ", format_shape(max_shape));
+  }
   if (validate_contents) validate_layout(offsets, sizes, values.numel());
   a.values = values.contiguous();
   a.offsets = offsets.contiguous();
@@ -65,24 +67,24 @@ PaddingArgs prepare_from_padded(const at::Tensor& padded, const at::Tensor& offs
   a.strategy = parse_strategy(strategy);
   a.block_elems = resolve_block_elems(block_elems);
   TORCH_CHECK_VALUE(num_values >= 0, "num_values must be non-negative, got ", num_values);
-  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, "offsets must be int64, got ", offsets.scalar_type());
-  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1, "offsets must be 1-D [num_items + 1], got shape ",
-                    offsets.sizes());
+  check_offsets_tensor(offsets);
   TORCH_CHECK_VALUE(padded.device() == offsets.device(), "padded must be on the offsets' device (", offsets.device(),
                     "), got ", padded.device());
   check_sizes_tensor(sizes, offsets);
   dispatch_copy_dtype(padded.scalar_type(), [](auto) {});
   const int64_t m = offsets.numel() - 1;
   TORCH_CHECK_VALUE(padded.dim() == sizes.size(1) + 1 && padded.size(0) == m, "padded must have shape [num_items, ",
-                    "*slot] with num_items = ", m, " and ", sizes.size(1), " slot dimensions, got ", padded.sizes());
+                    "*slot] with num_items = ", m, " and ", sizes.size(1), " slot dimensions, got ",
+                    format_shape(padded.sizes()));
   if (validate_contents) validate_layout(offsets, sizes, num_values);
   if (check_fit) {
     const at::Tensor slot = at::tensor(padded.sizes().slice(1), at::kLong).to(sizes.device());
     const at::Tensor too_big = (sizes > slot).any(1).nonzero();
     if (too_big.numel() > 0) {
       const int64_t i = too_big[0][0].item<int64_t>();
-      TORCH_CHECK_VALUE(false, "item ", i, " of shape ", sizes[i].cpu(), " does not fit padded's slot ",
-                        padded.sizes().slice(1), " (", too_big.size(0), " items do not)");
+      TORCH_CHECK_VALUE(false, "item ", i, " of shape ", format_item_shape(sizes, i), " does not fit padded's slot ",
+                        format_shape(padded.sizes().slice(1)), " (", too_big.size(0),
+                        too_big.size(0) == 1 ? " item does not)" : " items do not)");
     }
   }
   a.padded = padded.contiguous();

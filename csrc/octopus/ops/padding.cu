@@ -143,7 +143,8 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
   PaddingArgs a = prepare_to_padded(values, offsets, sizes, max_shape, validate && may_sync());
   if (a.out.numel() == 0) return a.out;
   TORCH_CHECK_VALUE(a.slot.dims == 1 || a.slot.numel < (int64_t{1} << 31), "to_padded on CUDA takes slots of ",
-                    "fewer than 2^31 elements where items have more than one dimension, got max_shape ", max_shape);
+                    "fewer than 2^31 elements where items have more than one dimension, got max_shape ",
+                    format_shape(max_shape));
   SlotDividers div{};
   if (a.slot.dims > 1) {
     for (int d = 0; d < a.slot.dims; ++d) div.extent[d] = FastDivider::make(static_cast<uint32_t>(a.slot.extent[d]));

@@ -35,19 +35,20 @@ StencilArgs prepare_stencil(const at::Tensor& values, const at::Tensor& offsets,
   TORCH_CHECK_TYPE(sizes.scalar_type() == at::kLong, "sizes must be int64, got ", sizes.scalar_type());
   TORCH_CHECK_VALUE(sizes.dim() == 2 && sizes.size(0) == m && (sizes.size(1) == 2 || sizes.size(1) == 3),
                     "sizes must be [num_items, 2] ([H, W] items) or [num_items, 3] ([C, H, W] images) with "
-                    "num_items = ", m, ", got ", sizes.sizes());
+                    "num_items = ", m, ", got shape ", format_shape(sizes.sizes()));
   TORCH_CHECK_VALUE(sizes.device() == values.device(), "sizes must be on the values' device (", values.device(),
                     "), got ", sizes.device());
   const at::ScalarType param_dtype = param_dtype_for(values.scalar_type());
   TORCH_CHECK_TYPE(weight.scalar_type() == param_dtype, "weight must be ", param_dtype, " for these values, got ",
                    weight.scalar_type());
   TORCH_CHECK_VALUE(weight.dim() == 2 && weight.size(0) >= 1 && weight.size(1) == 9,
-                    "weight must be [channels, 9] (one 3x3 kernel per channel, row-major), got ", weight.sizes());
+                    "weight must be [channels, 9] (one 3x3 kernel per channel, row-major), got shape ",
+                    format_shape(weight.sizes()));
   TORCH_CHECK_VALUE(weight.device() == values.device(), "weight must be on the values' device (", values.device(),
                     "), got ", weight.device());
   a.channels = weight.size(0);
-  TORCH_CHECK_VALUE(sizes.size(1) == 3 || a.channels == 1, "[H, W] items take one kernel: weight must be [1, 9], got ",
-                    weight.sizes());
+  TORCH_CHECK_VALUE(sizes.size(1) == 3 || a.channels == 1,
+                    "[H, W] items take one kernel: weight must be [1, 9], got shape ", format_shape(weight.sizes()));
   if (validate_contents) {
     validate_layout(offsets, sizes, values.numel());
     if (sizes.size(1) == 3 && m > 0) {

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 
 namespace octopus {
@@ -14,12 +15,12 @@ TileStatsArgs prepare_tile_stats(const at::Tensor& image, const at::Tensor& tile
   TileStatsArgs a;
   dispatch_values_dtype(image.scalar_type(), [](auto) {});
   TORCH_CHECK_VALUE(image.dim() == 2 || image.dim() == 3, "image must be [H, W] or [C, H, W], got shape ",
-                    image.sizes());
-  TORCH_CHECK_VALUE(image.numel() > 0, "image is empty (shape ", image.sizes(), ")");
+                    format_shape(image.sizes()));
+  TORCH_CHECK_VALUE(image.numel() > 0, "image is empty (shape ", format_shape(image.sizes()), ")");
   TORCH_CHECK_TYPE(tiles.scalar_type() == at::kLong, "tiles must be int64 (y0, x0, y1, x1), got ",
                    tiles.scalar_type());
   TORCH_CHECK_VALUE(tiles.dim() == 2 && tiles.size(1) == 4, "tiles must be [T, 4] (y0, x0, y1, x1), got shape ",
-                    tiles.sizes());
+                    format_shape(tiles.sizes()));
   TORCH_CHECK_VALUE(tiles.device() == image.device(), "tiles must be on the image's device (", image.device(),
                     "), got ", tiles.device());
   TORCH_CHECK_VALUE(!(min_mean > max_mean) && !(min_fraction > max_fraction),
