@@ -108,4 +108,60 @@ TEST(Plan, CapacityBoundIsTight) {
   EXPECT_EQ(build(offsets, 4).count, octopus::plan_capacity(15, 3, 4) - 0);
 }
 
+// Offsets that were not validated (the CUDA ops' validate=False path builds plan_host plans
+// from them): every block lies in [0, n), names an item, and the blocks fit the capacity.
+TEST(Plan, BadOffsetsStayInBounds) {
+  const int64_t n = 64, block = 16;
+  const std::vector<std::vector<int64_t>> cases{
+      {0, 40, 10, 64}, {0, -20, 30, 64}, {0, 10, 500, 64}, {7, 20, 40, 64},
+      {0, 64, 0, 64, 0, 64},  // overlapping items: 12 blocks wanted, capacity 4 + 5
+      {0, int64_t{1} << 62, -(int64_t{1} << 62), 64}};
+  for (const auto& offsets : cases) {
+    const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
+    std::vector<int64_t> plan(2 * octopus::plan_rows(n, m, block), -1);
+    const int64_t count = octopus::build_plan_host(offsets.data(), m, n, block, plan.data());
+    ASSERT_LE(count, octopus::plan_capacity(n, m, block));
+    ASSERT_EQ(plan[0], count);
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t begin = plan[2 * (j + 1)];
+      const int64_t item = octopus::block_item(plan[2 * (j + 1) + 1]);
+      const int64_t len = octopus::block_length(plan[2 * (j + 1) + 1]);
+      EXPECT_GE(begin, 0);
+      EXPECT_LE(begin + len, n);
+      EXPECT_GE(item, 0);
+      EXPECT_LT(item, m);
+    }
+  }
+}
+
+std::vector<int32_t> lookup(const std::vector<int64_t>& offsets, int64_t n) {
+  std::vector<int32_t> table(n, -1);
+  octopus::fill_lookup_table_host(offsets.data(), static_cast<int64_t>(offsets.size()) - 1, n, table.data());
+  return table;
+}
+
+TEST(LookupTable, ItemOfEveryElement) {
+  EXPECT_EQ(lookup({0, 0, 3, 3, 5, 5}, 5), (std::vector<int32_t>{1, 1, 1, 3, 3}));
+  EXPECT_EQ(lookup({0, 4}, 4), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_TRUE(lookup({0}, 0).empty());
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> offsets{0};
+  std::vector<int32_t> expected;
+  for (int32_t i = 0; i < 500; ++i) {
+    const int64_t len = rng() % 3 == 0 ? 0 : int64_t(rng() % 50);
+    expected.insert(expected.end(), len, i);
+    offsets.push_back(offsets.back() + len);
+  }
+  EXPECT_EQ(lookup(offsets, offsets.back()), expected);
+}
+
+TEST(LookupTable, BadOffsetsGiveItemIndices) {
+  // The last item whose clamped start is at or before the element (item 0 from element 0).
+  EXPECT_EQ(lookup({0, 3, 1, 6}, 6), (std::vector<int32_t>{0, 2, 2, 2, 2, 2}));
+  EXPECT_EQ(lookup({5, -3, 100, 4}, 4), (std::vector<int32_t>{1, 1, 1, 1}));
+  EXPECT_EQ(lookup({0, 2, 2}, 5), (std::vector<int32_t>{0, 0, 1, 1, 1}));  // last offset short of n
+  const std::vector<int32_t> none = lookup({0}, 3);  // no items, yet values: still in range for clamping
+  EXPECT_EQ(none, (std::vector<int32_t>{0, 0, 0}));
+}
+
 }  // namespace

@@ -29,6 +29,7 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
                     int64_t block_elems, const at::Tensor& metadata) {
   const int64_t* off = offsets.data_ptr<int64_t>();
   const int64_t m = offsets.numel() - 1;
+  if (num_values == 0 || m == 0) return;
   const int64_t tiles = (num_values + block_elems - 1) / block_elems;
   // Each parallel task gets a few tiles' worth of elements.
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / block_elems);
@@ -36,13 +37,16 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
   switch (strategy) {
     case Strategy::Plan:
     case Strategy::PlanHost: {
+      // A plan passed in is only checked for its shape: its rows are clamped as read.
       const int64_t* plan = metadata.data_ptr<int64_t>();
-      at::parallel_for(0, plan[0], grain, [&](int64_t first, int64_t last) {
+      const int64_t count = std::clamp<int64_t>(plan[0], 0, metadata.size(0) - 1);
+      at::parallel_for(0, count, grain, [&](int64_t first, int64_t last) {
         for (int64_t j = first; j < last; ++j) {
-          const int64_t begin = plan[2 * (j + 1)];
+          const int64_t begin = std::clamp<int64_t>(plan[2 * (j + 1)], 0, num_values);
           const int64_t packed = plan[2 * (j + 1) + 1];
-          const auto item = op.item(block_item(packed));
-          for (int64_t g = begin, end = begin + block_length(packed); g < end; ++g) op.one(item, g);
+          const auto item = op.item(std::clamp<int64_t>(block_item(packed), 0, m - 1));
+          for (int64_t g = begin, end = std::min(begin + block_length(packed), num_values); g < end; ++g)
+            op.one(item, g);
         }
       });
       return;
@@ -70,7 +74,7 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
       const int32_t* ids = metadata.data_ptr<int32_t>();
       at::parallel_for(0, tiles, grain, [&](int64_t first, int64_t last) {
         for (int64_t g = first * block_elems, end = std::min(last * block_elems, num_values); g < end; ++g)
-          op.one(op.item(ids[g]), g);
+          op.one(op.item(std::clamp<int64_t>(ids[g], 0, m - 1)), g);
       });
       return;
     }

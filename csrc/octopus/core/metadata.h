@@ -9,7 +9,7 @@
 
 namespace octopus {
 
-// offsets int64 1-D non-empty, num_values >= 0, block_elems valid and explicit.
+// offsets as check_offsets_tensor, num_values >= 0, block_elems valid and explicit.
 void check_plan_args(const at::Tensor& offsets, int64_t num_values, int64_t block_elems);
 
 // Plan of a batch (format in plan.h). CPU: host loop. CUDA: scan + fill kernels on the
@@ -20,8 +20,12 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets, int64_t num_values, int64_
 // The seed's approach C: copy offsets to the host, build there, copy the plan back.
 at::Tensor build_plan_on_host(const at::Tensor& offsets, int64_t num_values, int64_t block_elems);
 
-// The seed's approach A: int32 item id of every element.
+// The seed's approach A: int32 item id of every element (fill_lookup_table_host in plan.h
+// says what it holds for offsets that were not validated). build_lookup_table runs the
+// octopus::lookup_table op on the offsets' device; the others are its CPU and CUDA kernels.
 at::Tensor build_lookup_table(const at::Tensor& offsets, int64_t num_values);
+at::Tensor build_lookup_table_cpu(const at::Tensor& offsets, int64_t num_values);
+at::Tensor build_lookup_table_cuda(const at::Tensor& offsets, int64_t num_values);
 
 // The metadata `strategy` consumes for this batch: `given` (checked) or a fresh build,
 // using `build_plan` for Strategy::Plan.

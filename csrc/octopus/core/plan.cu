@@ -2,6 +2,8 @@
 // (CUB, single pass, counts computed on the fly from the offsets), then one thread per
 // plan row finds its item by a search over the scanned counts; small batches do both in
 // one launch. No host loop, no copy, no synchronization; usable inside CUDA-graph capture.
+// The lookup table of the `lookup` strategy is built here too. Both clamp every offset, so
+// unvalidated offsets give wrong blocks or ids, never an access out of bounds.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -45,15 +47,17 @@ struct BlockCount {
   }
 };
 
-// Plan row `row` given the inclusive scan `block_end` of the items' block counts (in
-// global or shared memory) and the total block count.
+// Plan row `row` of `rows` given the inclusive scan `block_end` of the items' block counts
+// (in global or shared memory) and the total block count.
 template <class Scan>
 __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offsets, const Scan* block_end, int64_t m,
-                                              int64_t num_values, const BlockDivider& div, int64_t count, int64_t row,
-                                              longlong2* __restrict__ plan) {
+                                              int64_t num_values, const BlockDivider& div, int64_t count, int64_t rows,
+                                              int64_t row, longlong2* __restrict__ plan) {
   const int64_t block_elems = div.block_elems;
   if (row == 0) {
-    plan[0] = make_longlong2(count, block_elems);
+    // Valid offsets never need more rows than the plan has; items that overlap (unvalidated
+    // offsets that decrease) can, and kernels must not read past the last row.
+    plan[0] = make_longlong2(min(count, rows - 1), block_elems);
     return;
   }
   const int64_t j = row - 1;
@@ -74,7 +78,11 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
   const int64_t k = j - first_block;
   const int64_t begin = k == 0 ? item_begin : (div(item_begin) + k) * block_elems;
   const int64_t end = min(item_end, (div(begin) + 1) * block_elems);
-  plan[row] = make_longlong2(begin, pack_block(lo, end - begin));
+  // The block lies in its item for valid offsets; unvalidated ones can overflow the fused
+  // kernel's int32 counts, and the row is then left empty rather than out of bounds.
+  const bool in_item = item_begin <= begin && begin < end;
+  plan[row] = in_item ? make_longlong2(begin, pack_block(lo, end - begin))
+                      : make_longlong2(item_begin, pack_block(lo, 0));
 }
 
 __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ block_end,
@@ -82,7 +90,7 @@ __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int6
                                  longlong2* __restrict__ plan) {
   const int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  fill_plan_row(offsets, block_end, m, num_values, div, m > 0 ? block_end[m - 1] : 0, row, plan);
+  fill_plan_row(offsets, block_end, m, num_values, div, m > 0 ? block_end[m - 1] : 0, rows, row, plan);
 }
 
 // Small batches: one launch and no scratch. Every block scans all items' block counts
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t
   const int64_t count = m > 0 ? block_end[m - 1] : 0;
   for (int64_t row = int64_t{blockIdx.x} * kFusedThreads + threadIdx.x; row < rows;
        row += int64_t{gridDim.x} * kFusedThreads) {
-    fill_plan_row(offsets, block_end, m, num_values, div, count, row, plan);
+    fill_plan_row(offsets, block_end, m, num_values, div, count, rows, row, plan);
   }
 }
 
@@ -126,7 +134,71 @@ at::Tensor plan_cuda_op(const at::Tensor& offsets, int64_t num_values, int64_t b
   return build_plan_cuda(offsets, num_values, block_elems);
 }
 
+// The lookup table (see fill_lookup_table_host in plan.h, which this mirrors): every item
+// but the first marks its first element with its index (the largest index wins where empty
+// items share it), then an inclusive max-scan carries each index over its item's elements.
+__global__ void mark_item_starts_kernel(const int64_t* __restrict__ offsets, int64_t m, int64_t num_values,
+                                        int32_t* __restrict__ table) {
+  for (int64_t i = 1 + int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < m;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t first = cuda::clamp_index(offsets[i], num_values);
+    if (first < num_values) atomicMax(table + first, static_cast<int32_t>(i));
+  }
+}
+
+struct MaxOp {
+  __device__ __forceinline__ int32_t operator()(int32_t a, int32_t b) const { return a > b ? a : b; }
+};
+
+// Carries the scan of the chunk before into the first element of the next one.
+__global__ void carry_max_kernel(int32_t* __restrict__ first_of_chunk) {
+  first_of_chunk[0] = max(first_of_chunk[0], first_of_chunk[-1]);
+}
+
+// The scan runs in chunks that an int can count (older CUB versions take an int count).
+constexpr int64_t kScanChunk = int64_t{1} << 30;
+
+at::Tensor lookup_table_cuda_op(const at::Tensor& offsets, int64_t num_values) {
+  check_plan_args(offsets, num_values, kDefaultBlockElems);
+  return build_lookup_table_cuda(offsets, num_values);
+}
+
 }  // namespace
+
+at::Tensor build_lookup_table_cuda(const at::Tensor& offsets_in, int64_t num_values) {
+  const c10::cuda::CUDAGuard guard(offsets_in.device());
+  const at::Tensor offsets = offsets_in.contiguous();
+  const int64_t m = offsets.numel() - 1;
+  at::Tensor table = at::empty({num_values}, offsets.options().dtype(at::kInt));
+  if (num_values == 0) return table;
+  int32_t* ids = table.data_ptr<int32_t>();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  C10_CUDA_CHECK(cudaMemsetAsync(ids, 0, num_values * sizeof(int32_t), stream));
+  if (m > 1) {
+    constexpr int kMarkThreads = 256;
+    const int64_t grid = std::min<int64_t>((m + kMarkThreads - 1) / kMarkThreads,
+                                           int64_t{32} * cuda::multiprocessor_count());
+    mark_item_starts_kernel<<<static_cast<unsigned>(grid), kMarkThreads, 0, stream>>>(offsets.data_ptr<int64_t>(),
+                                                                                       m, num_values, ids);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const int chunk = static_cast<int>(std::min(num_values, kScanChunk));
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, temp_bytes, ids, ids, MaxOp{}, chunk, stream));
+  const int64_t temp_size = std::max<int64_t>(static_cast<int64_t>(temp_bytes), 1);
+  at::Tensor temp = at::empty({temp_size}, offsets.options().dtype(at::kByte));
+  for (int64_t start = 0; start < num_values; start += kScanChunk) {
+    if (start > 0) {
+      carry_max_kernel<<<1, 1, 0, stream>>>(ids + start);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    const int count = static_cast<int>(std::min(num_values - start, kScanChunk));
+    // In place: CUB scans allow d_in == d_out.
+    C10_CUDA_CHECK(
+        cub::DeviceScan::InclusiveScan(temp.data_ptr(), temp_bytes, ids + start, ids + start, MaxOp{}, count, stream));
+  }
+  return table;
+}
 
 at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int64_t block_elems) {
   const c10::cuda::CUDAGuard guard(offsets_in.device());
@@ -168,6 +240,9 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   return plan;
 }
 
-TORCH_LIBRARY_IMPL(octopus, CUDA, m) { m.impl("plan", &plan_cuda_op); }
+TORCH_LIBRARY_IMPL(octopus, CUDA, m) {
+  m.impl("plan", &plan_cuda_op);
+  m.impl("lookup_table", &lookup_table_cuda_op);
+}
 
 }  // namespace octopus

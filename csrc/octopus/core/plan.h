@@ -50,9 +50,17 @@ OCTOPUS_HD int64_t block_begin(int64_t begin, int64_t k, int64_t block_elems) {
   return k == 0 ? begin : (begin / block_elems + k) * block_elems;
 }
 
-// Builds a plan on the host into `plan` (2 * plan_rows(...) words) from valid offsets
-// [num_items + 1]; rows past the count are zeroed. Returns the block count.
+// Builds a plan on the host into `plan` (2 * plan_rows(...) words) from offsets
+// [num_items + 1]; rows past the count are zeroed. Returns the block count. Offsets that
+// are not valid give a plan whose blocks all lie in [0, num_values) and fit its capacity.
 int64_t build_plan_host(const int64_t* offsets, int64_t num_items, int64_t num_values, int64_t block_elems,
                         int64_t* plan);
+
+// Fills table[0..num_values) with the item of every element: the last item i whose offset
+// offsets[i] (clamped into [0, num_values]) is at or before the element, found as a running
+// maximum over the items' first elements. Exact for valid offsets; for any others (the
+// unvalidated path) every entry is still an item index in [0, max(num_items - 1, 0)] and
+// nothing outside `table` is written.
+void fill_lookup_table_host(const int64_t* offsets, int64_t num_items, int64_t num_values, int32_t* table);
 
 }  // namespace octopus

@@ -9,9 +9,11 @@ int64_t build_plan_host(const int64_t* offsets, int64_t num_items, int64_t num_v
   const int64_t capacity = plan_capacity(num_values, num_items, block_elems);
   int64_t count = 0;
   int64_t* row = plan + 2;
+  // Offsets are clamped, and the capacity caps the rows, so that unvalidated offsets (the
+  // plan_host strategy's CUDA path) give wrong blocks, never accesses out of bounds.
   for (int64_t item = 0; item < num_items; ++item) {
-    const int64_t end = offsets[item + 1];
-    for (int64_t begin = offsets[item]; begin < end;) {
+    const int64_t end = std::clamp<int64_t>(offsets[item + 1], 0, num_values);
+    for (int64_t begin = std::clamp<int64_t>(offsets[item], 0, num_values); begin < end && count < capacity;) {
       const int64_t next = std::min(end, (begin / block_elems + 1) * block_elems);
       row[0] = begin;
       row[1] = pack_block(item, next - begin);
@@ -24,6 +26,20 @@ int64_t build_plan_host(const int64_t* offsets, int64_t num_items, int64_t num_v
   plan[0] = count;
   plan[1] = block_elems;
   return count;
+}
+
+void fill_lookup_table_host(const int64_t* offsets, int64_t num_items, int64_t num_values, int32_t* table) {
+  std::fill(table, table + num_values, int32_t{0});
+  // Item 0 starts at element 0 whatever offsets[0] says: the running maximum begins there.
+  for (int64_t item = 1; item < num_items; ++item) {
+    const int64_t first = std::clamp<int64_t>(offsets[item], 0, num_values);
+    if (first < num_values) table[first] = std::max(table[first], static_cast<int32_t>(item));
+  }
+  int32_t current = 0;
+  for (int64_t g = 0; g < num_values; ++g) {
+    current = std::max(current, table[g]);
+    table[g] = current;
+  }
 }
 
 }  // namespace octopus

@@ -1,6 +1,7 @@
 // Schemas and CPU / composite implementations of the layout ops: plans, lookup tables,
 // and layout validation.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include "octopus/core/checks.h"
@@ -21,18 +22,25 @@ at::Tensor build_plan_on_host(const at::Tensor& offsets, int64_t num_values, int
   return build_plan_cpu(offsets.to(at::kCPU), num_values, block_elems).to(offsets.device());
 }
 
+at::Tensor build_lookup_table_cpu(const at::Tensor& offsets, int64_t num_values) {
+  const at::Tensor host_offsets = offsets.contiguous();
+  at::Tensor table = at::empty({num_values}, offsets.options().dtype(at::kInt));
+  fill_lookup_table_host(host_offsets.data_ptr<int64_t>(), host_offsets.numel() - 1, num_values,
+                         table.data_ptr<int32_t>());
+  return table;
+}
+
 at::Tensor build_lookup_table(const at::Tensor& offsets, int64_t num_values) {
-  const int64_t m = offsets.numel() - 1;
-  const at::Tensor ids = at::arange(m, offsets.options().dtype(at::kInt));
-  return at::repeat_interleave(ids, offsets.diff(), 0, num_values);
+  // Through the dispatcher: the CUDA builder lives in the CUDA library (core/plan.cu).
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("octopus::lookup_table", "")
+                             .typed<at::Tensor(const at::Tensor&, int64_t)>();
+  return op.call(offsets, num_values);
 }
 
 void check_plan_args(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
-  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kLong, "offsets must be int64, got ", offsets.scalar_type());
-  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1, "offsets must be 1-D [num_items + 1], got shape ",
-                    offsets.sizes());
+  check_offsets_tensor(offsets);
   TORCH_CHECK_VALUE(num_values >= 0, "num_values must be non-negative, got ", num_values);
-  TORCH_CHECK_VALUE(offsets.numel() - 1 <= kMaxItems, "at most 2^31 - 1 items are supported");
   resolve_block_elems(block_elems);
   TORCH_CHECK_VALUE(block_elems != 0, "block_elems must be given explicitly to octopus.plan");
 }
@@ -45,9 +53,9 @@ at::Tensor plan_cpu_op(const at::Tensor& offsets, int64_t num_values, int64_t bl
   return build_plan_cpu(offsets, num_values, block_elems);
 }
 
-at::Tensor lookup_table_op(const at::Tensor& offsets, int64_t num_values) {
+at::Tensor lookup_table_cpu_op(const at::Tensor& offsets, int64_t num_values) {
   check_plan_args(offsets, num_values, kDefaultBlockElems);
-  return build_lookup_table(offsets, num_values);
+  return build_lookup_table_cpu(offsets, num_values);
 }
 
 void validate_layout_op(const at::Tensor& offsets, const c10::optional<at::Tensor>& sizes, int64_t num_values) {
@@ -67,11 +75,11 @@ TORCH_LIBRARY_FRAGMENT(octopus, m) {
   m.def("validate_layout(Tensor offsets, Tensor? sizes, int num_values) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("plan", &plan_cpu_op); }
-
-TORCH_LIBRARY_IMPL(octopus, CompositeExplicitAutograd, m) {
-  m.impl("lookup_table", &lookup_table_op);
-  m.impl("validate_layout", &validate_layout_op);
+TORCH_LIBRARY_IMPL(octopus, CPU, m) {
+  m.impl("plan", &plan_cpu_op);
+  m.impl("lookup_table", &lookup_table_cpu_op);
 }
+
+TORCH_LIBRARY_IMPL(octopus, CompositeExplicitAutograd, m) { m.impl("validate_layout", &validate_layout_op); }
 
 }  // namespace octopus
