@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from . import _registrations, tuning  # noqa: F401
+from ._messages import describe, format_shape
+from .inputs import RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
@@ -37,19 +39,23 @@ def _channels(batch: RaggedBatch) -> Optional[int]:
     return channels
 
 
-def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
-               block_elems: Optional[int] = None) -> RaggedBatch:
+def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
+               block_elems: Optional[int] = None) -> RaggedResult:
     """``out[c, y, x] = sum(weight[c, dy + 1, dx + 1] * item[c, y + dy, x + dx])`` over
     dy, dx in {-1, 0, 1} for every item of ``batch`` (``[H, W]`` or ``[C, H, W]`` items
     of any sizes, same C), in one kernel launch. This is ``F.conv2d`` with ``groups=C`` on
     each item padded by one pixel: ``border="replicate"`` repeats the item's edge pixels,
     ``"zero"`` pads with 0. ``weight`` is ``[3, 3]`` (every channel), ``[C, 3, 3]`` or
     conv2d's depthwise ``[C, 1, 3, 3]``. Values float32, float64, float16, bfloat16 or
-    uint8 (float32 out); arithmetic in float32 (float64 for float64). Returns a batch of
-    the same layout. Differentiable with respect to the values and the weight.
+    uint8 (float32 out); arithmetic in float32 (float64 for float64). Differentiable with
+    respect to the values and the weight.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`; an empty
+    list stands for ``[H, W]`` items); the result has its layout: a :class:`RaggedBatch`,
+    or a nested tensor of the input's layout for a nested input.
     """
-    if not isinstance(batch, RaggedBatch):
-        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    given = as_ragged(batch, "batch", item_dim=2)
+    batch = given.batch
     if border not in BORDERS:
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     check_strategy(strategy, allow_auto=True)
@@ -59,7 +65,7 @@ def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replica
     dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
     w = weight if isinstance(weight, torch.Tensor) else torch.as_tensor(weight, dtype=dtype)
     if not w.is_floating_point():
-        raise TypeError(f"weight must be floating point, got {w.dtype}")
+        raise TypeError(f"weight must be floating point, got {describe(w)}")
     shape = tuple(w.shape)
     per_channel = (len(shape) == 3 and shape[1:] == (3, 3)) or (len(shape) == 4 and shape[1:] == (1, 3, 3))
     if shape == (3, 3) or shape == (9,):
@@ -69,31 +75,34 @@ def stencil3x3(batch: RaggedBatch, weight: WeightLike, *, border: str = "replica
         channels = shape[0]
         w = w.reshape(channels, 9)
     else:
-        raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got {list(shape)}")
+        raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got shape "
+                         f"{format_shape(shape)}")
     w = w.to(device=batch.device, dtype=dtype).contiguous()
     out = torch.ops.octopus.stencil3x3(batch.values, batch.offsets, batch.sizes, w, border, strategy, block_elems,
                                        batch.metadata(strategy, block_elems), False)
-    return batch.with_values(out)
+    return given.result(batch.with_values(out))
 
 
-def box_blur(batch: RaggedBatch, *, border: str = "replicate", strategy: str = "auto",
-             block_elems: Optional[int] = None) -> RaggedBatch:
-    """The mean of every pixel's 3x3 neighbourhood (see :func:`stencil3x3` for borders)."""
+def box_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str = "auto",
+             block_elems: Optional[int] = None) -> RaggedResult:
+    """The mean of every pixel's 3x3 neighbourhood (see :func:`stencil3x3` for borders and
+    the forms ``batch`` and the result take)."""
     return stencil3x3(batch, _BOX, border=border, strategy=strategy, block_elems=block_elems)
 
 
-def gaussian_blur(batch: RaggedBatch, *, border: str = "replicate", strategy: str = "auto",
-                  block_elems: Optional[int] = None) -> RaggedBatch:
+def gaussian_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str = "auto",
+                  block_elems: Optional[int] = None) -> RaggedResult:
     """3x3 Gaussian blur, the binomial kernel [1 2 1; 2 4 2; 1 2 1] / 16 (see
-    :func:`stencil3x3` for borders)."""
+    :func:`stencil3x3` for borders and the forms ``batch`` and the result take)."""
     return stencil3x3(batch, _GAUSSIAN, border=border, strategy=strategy, block_elems=block_elems)
 
 
-def depthwise_conv3x3(batch: RaggedBatch, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
-                      block_elems: Optional[int] = None) -> RaggedBatch:
+def depthwise_conv3x3(batch: RaggedLike, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
+                      block_elems: Optional[int] = None) -> RaggedResult:
     """Depthwise 3x3 convolution, one kernel per channel (``weight`` ``[C, 3, 3]`` or
     ``[C, 1, 3, 3]``): ``F.conv2d(item, weight, padding=1, groups=C)`` per item with the
-    default ``border="zero"``. Differentiable with respect to the values and the weight."""
+    default ``border="zero"``. Differentiable with respect to the values and the weight.
+    ``batch`` and the result as for :func:`stencil3x3`."""
     if not isinstance(weight, torch.Tensor) or weight.dim() not in (3, 4):
-        raise ValueError("weight must be a [C, 3, 3] or [C, 1, 3, 3] tensor")
+        raise ValueError(f"weight must be a [C, 3, 3] or [C, 1, 3, 3] tensor, got {describe(weight)}")
     return stencil3x3(batch, weight, border=border, strategy=strategy, block_elems=block_elems)

@@ -10,6 +10,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from . import _registrations, tuning  # noqa: F401
+from ._messages import describe, format_shape
+from .inputs import RaggedLike, as_ragged
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
@@ -28,17 +30,12 @@ def _build_dense_layout(n: int, channels: int, h: int, w: int, device: torch.dev
 _dense_layout = functools.lru_cache(maxsize=32)(_build_dense_layout)
 
 
-def _source_layout(source: Union[RaggedBatch, torch.Tensor]):
+def _source_layout(source: Union[RaggedLike, torch.Tensor]):
     """(values, offsets, sizes, channels) of a ragged or dense source."""
-    if isinstance(source, RaggedBatch):
-        if source.item_dim != 3:
-            raise ValueError(f"source items must be [C, H, W] images, got {source.item_dim}-D items")
-        host_sizes = source.host_layout()[1]
-        channels = int(host_sizes[0, 0]) if len(source) else 1
-        return source.values, source.offsets, source.sizes.contiguous(), channels
-    if isinstance(source, torch.Tensor):
+    if isinstance(source, torch.Tensor) and not source.is_nested:
         if source.dim() != 4:
-            raise ValueError(f"a dense source must be [N, C, H, W], got shape {tuple(source.shape)}")
+            raise ValueError(f"a dense source must be [N, C, H, W] frames, got shape {format_shape(source.shape)} "
+                             f"(one [C, H, W] image goes in as [image] or image[None])")
         n, channels, h, w = source.shape
         # Traced, captured or in inference mode they are built afresh: a cache must hold neither
         # fake tensors, graph memory nor inference tensors (autograd could not save those).
@@ -46,7 +43,12 @@ def _source_layout(source: Union[RaggedBatch, torch.Tensor]):
                  or (source.is_cuda and torch.cuda.is_current_stream_capturing()))
         offsets, sizes = (_build_dense_layout if fresh else _dense_layout)(n, channels, h, w, source.device)
         return source.contiguous().view(-1), offsets, sizes, channels
-    raise TypeError(f"source must be a RaggedBatch or a [N, C, H, W] tensor, got {type(source).__name__}")
+    source = as_ragged(source, "source", item_dim=3, also="a dense [N, C, H, W] tensor").batch
+    if source.item_dim != 3:
+        raise ValueError(f"source items must be [C, H, W] images, got {source.item_dim}-D items")
+    host_sizes = source.host_layout()[1]
+    channels = int(host_sizes[0, 0]) if len(source) else 1
+    return source.values, source.offsets, source.sizes.contiguous(), channels
 
 
 def _out_sizes(size, boxes: torch.Tensor) -> torch.Tensor:
@@ -57,34 +59,37 @@ def _out_sizes(size, boxes: torch.Tensor) -> torch.Tensor:
         hw = torch.stack([b[:, 3] - b[:, 1], b[:, 4] - b[:, 2]], dim=1)
         empty = (hw <= 0).any(1).nonzero()
         if empty.numel():
-            raise ValueError(f"boxes[{int(empty[0, 0])}] = {b[int(empty[0, 0])].tolist()} is empty: "
+            raise ValueError(f"boxes[{int(empty[0, 0])}] = {tuple(b[int(empty[0, 0])].tolist())} is empty: "
                              f"size=None keeps each crop's own size, which must be positive")
         return hw
     hw = torch.as_tensor(size, dtype=torch.int64).cpu()
     if hw.shape != (k, 2):
-        raise ValueError(f"per-box sizes must be [K, 2] = [{k}, 2], got {list(hw.shape)}")
+        raise ValueError(f"per-box sizes must be [K, 2] = {format_shape((k, 2))}, got shape {format_shape(hw.shape)}")
     if (hw <= 0).any():
         raise ValueError("per-box sizes must be positive")
     return hw
 
 
-def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, size: Optional[Sizes], *,
+def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, size: Optional[Sizes], *,
                 scale: float = 1.0, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
                 validate: bool = True, strategy: str = "auto",
                 block_elems: Optional[int] = None) -> Union[torch.Tensor, RaggedBatch]:
     """Crops every box out of its image and resizes it bilinearly, in one launch.
 
-    ``source`` is a dense ``[N, C, H, W]`` batch of frames or a :class:`RaggedBatch` of
-    ``[C, H, W]`` images of different sizes (same C). ``boxes`` is an int64 ``[K, 5]`` tensor
-    of ``(image, y0, x0, y1, x1)``: the crop is ``image[:, y0:y1, x0:x1]`` (end exclusive), and
-    its output equals ``F.interpolate(crop[None], (h, w), mode="bilinear",
-    align_corners=False)[0]`` (no antialiasing: ``antialias=True`` would differ when
-    shrinking; sampling coordinates in float32 for every dtype, as torch computes them for
-    float32 images). ``size`` says the output:
+    ``source`` is a dense ``[N, C, H, W]`` batch of frames or a ragged batch of ``[C, H, W]``
+    images of different sizes (same C) in any form (:data:`octopus.inputs.RaggedLike`: a
+    :class:`RaggedBatch`, a list or tuple of tensors, a ``torch.nested`` tensor). ``boxes``
+    is an int64 ``[K, 5]`` tensor of ``(image, y0, x0, y1, x1)``: the crop is
+    ``image[:, y0:y1, x0:x1]`` (end exclusive), and its output equals
+    ``F.interpolate(crop[None], (h, w), mode="bilinear", align_corners=False)[0]`` (no
+    antialiasing: ``antialias=True`` would differ when shrinking; sampling coordinates in
+    float32 for every dtype, as torch computes them for float32 images). ``size`` says the
+    output:
 
     * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor (C = 1
       for an empty RaggedBatch source: no image says C, and there can be no boxes);
-    * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`;
+    * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`
+      (whatever the source's form: the crops are not the source's items);
     * ``None``: every crop at its own size (an exact copy), a :class:`RaggedBatch` (the
       boxes are read on the host for the output layout).
 
@@ -98,9 +103,9 @@ def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, s
     """
     values, offsets, sizes, channels = _source_layout(source)
     if not isinstance(boxes, torch.Tensor) or boxes.dtype != torch.int64:
-        raise TypeError("boxes must be an int64 tensor [K, 5] of (image, y0, x0, y1, x1)")
+        raise TypeError(f"boxes must be an int64 tensor [K, 5] of (image, y0, x0, y1, x1), got {describe(boxes)}")
     if boxes.dim() != 2 or boxes.shape[1] != 5:
-        raise ValueError(f"boxes must be [K, 5] (image, y0, x0, y1, x1), got shape {list(boxes.shape)}")
+        raise ValueError(f"boxes must be [K, 5] (image, y0, x0, y1, x1), got shape {format_shape(boxes.shape)}")
     param = torch.float64 if values.dtype == torch.float64 else torch.float32
     mean_t = None if mean is None else torch.as_tensor(mean, dtype=param, device=values.device).reshape(-1)
     std_t = None if std is None else torch.as_tensor(std, dtype=param, device=values.device).reshape(-1)
@@ -128,15 +133,17 @@ def crop_resize(source: Union[RaggedBatch, torch.Tensor], boxes: torch.Tensor, s
     return layout.with_values(out)
 
 
-def resize(batch: RaggedBatch, sizes: Sizes, *, scale: float = 1.0, mean: Optional[Sequence[float]] = None,
+def resize(batch: RaggedLike, sizes: Sizes, *, scale: float = 1.0, mean: Optional[Sequence[float]] = None,
            std: Optional[Sequence[float]] = None, strategy: str = "auto",
            block_elems: Optional[int] = None) -> RaggedBatch:
     """Ragged -> ragged bilinear resize: image i of ``batch`` (``[C, H, W]`` items) to
     ``sizes[i] = (h, w)`` (a ``[M, 2]`` tensor or list), as ``F.interpolate(...,
     mode="bilinear", align_corners=False)`` of each image; ``scale``/``mean``/``std`` as in
-    :func:`crop_resize`. One launch. Differentiable with respect to the values."""
-    if not isinstance(batch, RaggedBatch):
-        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    :func:`crop_resize`. One launch. Differentiable with respect to the values.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`); the result
+    is a :class:`RaggedBatch` whatever the form (its items have new shapes)."""
+    batch = as_ragged(batch, "batch", item_dim=3).batch
     if batch.item_dim != 3:
         raise ValueError(f"items must be [C, H, W] images, got {batch.item_dim}-D items")
     host_sizes = batch.host_layout()[1]

@@ -1,5 +1,5 @@
-"""The Python face of the ops: accept a :class:`RaggedBatch` (or plain tensors) and
-call ``torch.ops.octopus.*`` with the batch's cached metadata."""
+"""The Python face of the ops: take a ragged batch in any form (:mod:`octopus.inputs`),
+or plain tensors, and call ``torch.ops.octopus.*`` with the batch's cached metadata."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from . import _registrations, tuning  # noqa: F401
+from ._messages import describe, format_shape
+from .inputs import FORMS, RaggedLike, RaggedResult, as_ragged, one_of
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
@@ -21,15 +23,15 @@ def _item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor,
     if isinstance(value, (int, float)):
         return torch.full((num_items,), float(value), dtype=dtype, device=like.device)
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor, a number or None, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a tensor, a number or None, got {describe(value)}")
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
     return value.to(dtype)
 
 
-def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: ParamLike = None, *,
+def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: ParamLike = None, *,
            offsets: Optional[torch.Tensor] = None, strategy: str = "auto",
-           block_elems: Optional[int] = None):
+           block_elems: Optional[int] = None) -> RaggedResult:
     """``x * scale[item] + bias[item]`` over a ragged batch, in one kernel launch.
 
     ``scale`` and ``bias`` are per item (``[M]``), per item and channel (``[M, C]``: each
@@ -37,41 +39,53 @@ def affine(x: Union[RaggedBatch, torch.Tensor], scale: ParamLike = None, bias: P
     may be float32, float64, float16, bfloat16 or uint8; uint8 gives float32, the others
     keep their dtype. Arithmetic is float32 (float64 for float64 values).
 
-    ``x`` is a :class:`RaggedBatch` (returns one, sharing its cached plan) or a 1-D
-    tensor with ``offsets`` (returns a tensor; the offsets are checked on every call).
-    Differentiable with respect to values, scale and bias.
+    ``x`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`): a
+    :class:`RaggedBatch` or a list or tuple of tensors gives a :class:`RaggedBatch` (sharing
+    the input batch's cached plan), a ``torch.nested`` tensor a nested tensor of its layout.
+    Or ``x`` is a 1-D values tensor with ``offsets``: that gives a tensor (the offsets are
+    checked on every call). Differentiable with respect to values, scale and bias.
 
     ``strategy="auto"`` uses the strategy and block size :func:`octopus.autotune` chose for
     the device (the built-in default where it never ran); an explicit ``block_elems`` wins.
     """
     check_strategy(strategy, allow_auto=True)
-    values = x.values if isinstance(x, RaggedBatch) else x
-    if isinstance(values, torch.Tensor):
-        strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
+    if isinstance(x, torch.Tensor) and not x.is_nested:
+        return _affine_values(x, scale, bias, offsets, strategy, block_elems)
+    if offsets is not None:
+        raise ValueError("offsets is taken from the ragged batch x; pass it only with a 1-D values tensor")
+    given = as_ragged(x, "x")
+    batch = given.batch
+    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device)
     block_elems = resolve_block_elems(block_elems)
-    if isinstance(x, RaggedBatch):
-        if offsets is not None:
-            raise ValueError("offsets is taken from the RaggedBatch; do not pass it too")
-        m = len(x)
-        s = _item_param(scale, "scale", m, x.values, 1.0)
-        b = _item_param(bias, "bias", m, x.values, 0.0)
-        out = torch.ops.octopus.affine(x.values, x.offsets, s, b, strategy, block_elems,
-                                       x.metadata(strategy, block_elems), False)
-        return x.with_values(out)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a RaggedBatch or a tensor, got {type(x).__name__}")
+    m = len(batch)
+    s = _item_param(scale, "scale", m, batch.values, 1.0)
+    b = _item_param(bias, "bias", m, batch.values, 0.0)
+    out = torch.ops.octopus.affine(batch.values, batch.offsets, s, b, strategy, block_elems,
+                                   batch.metadata(strategy, block_elems), False)
+    return given.result(batch.with_values(out))
+
+
+def _affine_values(values: torch.Tensor, scale: ParamLike, bias: ParamLike, offsets: Optional[torch.Tensor],
+                   strategy: str, block_elems: Optional[int]) -> torch.Tensor:
+    """affine of a 1-D values tensor cut into items by ``offsets`` (checked by the op)."""
     if offsets is None:
-        raise ValueError("offsets is required when x is a plain tensor")
-    m = offsets.shape[0] - 1
-    s = _item_param(scale, "scale", m, x, 1.0)
-    b = _item_param(bias, "bias", m, x, 0.0)
-    return torch.ops.octopus.affine(x, offsets, s, b, strategy, block_elems, None, True)
+        raise TypeError(f"x must be {one_of(FORMS + ('a 1-D values tensor with offsets=',))}; got "
+                        f"{describe(values)} and no offsets")
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"offsets must be an int64 tensor [num_items + 1], got {describe(offsets)}")
+    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
+    block_elems = resolve_block_elems(block_elems)
+    # The op names what is wrong with offsets that have no entry (or not one dimension).
+    m = max(offsets.shape[0] - 1, 0) if offsets.dim() == 1 else 0
+    s = _item_param(scale, "scale", m, values, 1.0)
+    b = _item_param(bias, "bias", m, values, 0.0)
+    return torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
 
 
-def _pointwise(x: RaggedBatch, kind: str, a: ParamLike, b: ParamLike, a_name: str, b_name: str, b_fill: float,
-               strategy: str, block_elems: Optional[int]) -> RaggedBatch:
-    if not isinstance(x, RaggedBatch):
-        raise TypeError(f"x must be a RaggedBatch, got {type(x).__name__}")
+def _pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: str, b_name: str, b_fill: float,
+               strategy: str, block_elems: Optional[int]) -> RaggedResult:
+    given = as_ragged(x, "x")
+    x = given.batch
     check_strategy(strategy, allow_auto=True)
     strategy, block_elems = tuning.resolve(strategy, block_elems, x.device)
     block_elems = resolve_block_elems(block_elems)
@@ -81,51 +95,59 @@ def _pointwise(x: RaggedBatch, kind: str, a: ParamLike, b: ParamLike, a_name: st
     for p, name in ((pa, a_name), (pb, b_name)):
         if p.dim() not in (1, 2) or p.shape[0] != m:
             raise ValueError(f"{name} must have shape [num_items] or [num_items, channels] with num_items = {m}, "
-                             f"got {list(p.shape)}")
+                             f"got {format_shape(p.shape)}")
     if pa.dim() != pb.dim():  # per item for one, per item and channel for the other
         c = (pa if pa.dim() == 2 else pb).shape[1]
         pa, pb = (p if p.dim() == 2 else p.view(m, 1).expand(m, c).contiguous() for p in (pa, pb))
     out = torch.ops.octopus.pointwise(x.values, x.offsets, kind, pa, pb, strategy, block_elems,
                                       x.metadata(strategy, block_elems), False)
-    return x.with_values(out)
+    return given.result(x.with_values(out))
 
 
-def clamp(x: RaggedBatch, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
-          block_elems: Optional[int] = None) -> RaggedBatch:
+def clamp(x: RaggedLike, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedResult:
     """``min(max(x, lo[item]), hi[item])`` with bounds per item (``[M]``), per item and
-    channel (``[M, C]``) or numbers; uint8 values give float32. Differentiable in the values."""
+    channel (``[M, C]``) or numbers; uint8 values give float32. Differentiable in the values.
+
+    ``x`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`); the result is a
+    :class:`RaggedBatch`, or a nested tensor of the input's layout for a nested input."""
     return _pointwise(x, "clamp", lo, hi, "lo", "hi", 0.0, strategy, block_elems)
 
 
-def threshold(x: RaggedBatch, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
-              strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedBatch:
+def threshold(x: RaggedLike, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
+              strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedResult:
     """Per-item thresholds: ``mode="mask"`` gives 1 where ``x > threshold[item]`` and 0
     elsewhere; ``mode="keep"`` keeps x there and puts ``value`` (per item, or a number)
-    elsewhere. uint8 values give float32. "keep" is differentiable in the values."""
+    elsewhere. uint8 values give float32. "keep" is differentiable in the values.
+
+    ``x`` and the result as for :func:`clamp`."""
     if mode not in ("mask", "keep"):
         raise ValueError(f"mode must be 'mask' or 'keep', got {mode!r}")
     return _pointwise(x, "threshold_" + mode, thresholds, value, "thresholds", "value", 0.0, strategy, block_elems)
 
 
-def power(x: RaggedBatch, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
-          block_elems: Optional[int] = None) -> RaggedBatch:
+def power(x: RaggedLike, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedResult:
     """``gain[item] * x ** exponent[item]`` (gamma correction of non-negative data; a
     negative x with a fractional exponent gives NaN, as ``torch.pow`` does). uint8 values
-    give float32. Differentiable in the values."""
+    give float32. Differentiable in the values. ``x`` and the result as for :func:`clamp`."""
     return _pointwise(x, "power", exponent, gain, "exponent", "gain", 1.0, strategy, block_elems)
 
 
-def plan(batch: Union[RaggedBatch, torch.Tensor], block_elems: Optional[int] = None,
+def plan(batch: Union[RaggedLike, torch.Tensor], block_elems: Optional[int] = None,
          num_values: Optional[int] = None) -> torch.Tensor:
     """The block plan of a batch, built on its device (a scan and a fill kernel on CUDA:
     no host loop, no copy, no synchronization). Cached on a :class:`RaggedBatch`.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`), or an
+    offsets tensor (int64 ``[M + 1]``) with ``num_values``.
 
     Format (int64 ``[capacity + 1, 2]``): row 0 is ``(count, block_elems)``; row ``1 + j``
     for ``j < count`` is ``(begin, item << 32 | length)``: block j covers packed elements
     ``[begin, begin + length)`` of ``item``. :func:`plan_blocks` decodes it.
     """
-    if isinstance(batch, RaggedBatch):
-        return batch.plan(block_elems)
+    if not isinstance(batch, torch.Tensor) or batch.is_nested:
+        return as_ragged(batch, "batch").batch.plan(block_elems)
     if num_values is None:
         raise ValueError("num_values is required when batch is an offsets tensor")
     return torch.ops.octopus.plan(batch, num_values, resolve_block_elems(block_elems))
@@ -142,14 +164,16 @@ def plan_blocks(plan_tensor: torch.Tensor):
     return item, begin, end
 
 
-def to_padded(batch: RaggedBatch, pad_value: float = 0.0, max_size: Optional[Sequence[int]] = None) -> torch.Tensor:
+def to_padded(batch: RaggedLike, pad_value: float = 0.0, max_size: Optional[Sequence[int]] = None) -> torch.Tensor:
     """``[M, *max_shape]``: every item in the leading corner of its slot, ``pad_value``
     elsewhere, in one kernel. ``max_size`` (one extent per item dimension) fixes the slot
     shape and crops larger items; by default it is the largest extent of each dimension
     (read from the batch's host copy of its sizes: no device synchronization where the
-    batch was built from host data). Differentiable with respect to the values."""
-    if not isinstance(batch, RaggedBatch):
-        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    batch was built from host data). Differentiable with respect to the values.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`); the result
+    is always a dense tensor."""
+    batch = as_ragged(batch, "batch").batch
     d = batch.item_dim
     if max_size is None:
         sizes = batch.host_layout()[1]
@@ -157,7 +181,7 @@ def to_padded(batch: RaggedBatch, pad_value: float = 0.0, max_size: Optional[Seq
     else:
         max_shape = [int(s) for s in max_size]
         if len(max_shape) != d or any(s < 0 for s in max_shape):
-            raise ValueError(f"max_size must have {d} non-negative extents, got {list(max_size)}")
+            raise ValueError(f"max_size must have {d} non-negative extents, got {format_shape(max_shape)}")
     return torch.ops.octopus.to_padded(batch.values, batch.offsets, batch.sizes, max_shape, float(pad_value), False)
 
 
@@ -167,8 +191,8 @@ def from_padded(padded: torch.Tensor, sizes, *, strategy: str = "auto", block_el
     the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
     (on any device) or a list of shapes. With ``validate`` an item larger than its slot is an
     error; without, its elements outside the slot read as 0. Differentiable."""
-    if not isinstance(padded, torch.Tensor):
-        raise TypeError(f"padded must be a tensor, got {type(padded).__name__}")
+    if not isinstance(padded, torch.Tensor) or padded.is_nested:
+        raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
     if isinstance(sizes, torch.Tensor):
         host_sizes = sizes.to("cpu")
     else:
@@ -176,8 +200,8 @@ def from_padded(padded: torch.Tensor, sizes, *, strategy: str = "auto", block_el
     if host_sizes.dtype != torch.int64:
         raise TypeError(f"sizes must be int64, got {host_sizes.dtype}")
     if host_sizes.dim() != 2 or host_sizes.shape[0] != padded.shape[0] or host_sizes.shape[1] != padded.dim() - 1:
-        raise ValueError(f"sizes must have shape [M, D] = [{padded.shape[0]}, {padded.dim() - 1}] for padded of "
-                         f"shape {tuple(padded.shape)}, got {tuple(host_sizes.shape)}")
+        raise ValueError(f"sizes must have shape [M, D] = {format_shape((padded.shape[0], padded.dim() - 1))} for "
+                         f"padded of shape {format_shape(padded.shape)}, got {format_shape(host_sizes.shape)}")
     if (host_sizes < 0).any():
         raise ValueError("sizes must be non-negative")
     offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _library  # noqa: F401  (registers torch.ops.octopus)
+from ._messages import describe, format_shape
 from .strategies import PLAN_STRATEGIES, TABLE_STRATEGIES, check_strategy, resolve_block_elems
 
 
@@ -26,11 +27,14 @@ class RaggedBatch:
 
     def __init__(self, values: torch.Tensor, offsets: torch.Tensor, sizes: torch.Tensor, *, validate: bool = True):
         if not isinstance(values, torch.Tensor) or values.dim() != 1:
-            raise ValueError(f"values must be a 1-D tensor, got {_describe(values)}")
+            raise ValueError(f"values must be a 1-D tensor, got {describe(values)}")
         if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64 or offsets.dim() != 1:
-            raise TypeError(f"offsets must be a 1-D int64 tensor, got {_describe(offsets)}")
+            raise TypeError(f"offsets must be a 1-D int64 tensor, got {describe(offsets)}")
         if not isinstance(sizes, torch.Tensor) or sizes.dtype != torch.int64 or sizes.dim() != 2:
-            raise TypeError(f"sizes must be a 2-D int64 tensor [num_items, D], got {_describe(sizes)}")
+            raise TypeError(f"sizes must be a 2-D int64 tensor [num_items, D], got {describe(sizes)}")
+        if offsets.numel() == 0:
+            raise ValueError("offsets needs at least one entry: num_items + 1 of them, starting with 0 (an empty "
+                             "batch has offsets [0]); got an empty tensor")
         if offsets.numel() != sizes.shape[0] + 1:
             raise ValueError(
                 f"offsets must have num_items + 1 = {sizes.shape[0] + 1} entries (one more than sizes has rows), "
@@ -51,23 +55,29 @@ class RaggedBatch:
     def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device=None, dtype=None,
                      item_dim: Optional[int] = None) -> "RaggedBatch":
         """Packs a list of tensors with the same number of dimensions (``[L]``,
-        ``[H, W]``, ``[C, H, W]``, ...) and any extents. ``item_dim`` is needed only for an
-        empty list (default 1)."""
+        ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy. ``item_dim`` is needed
+        only for an empty list (default 1)."""
+        return cls._from_tensors(tensors, "tensors", device=device, dtype=dtype, item_dim=item_dim)
+
+    @classmethod
+    def _from_tensors(cls, tensors: Sequence[torch.Tensor], name: str, *, device=None, dtype=None,
+                      item_dim: Optional[int] = None) -> "RaggedBatch":
+        """:meth:`from_tensors`, naming the list ``name`` in error messages."""
         tensors = list(tensors)
         for i, t in enumerate(tensors):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"tensors[{i}] is not a tensor: {type(t).__name__}")
+            if not isinstance(t, torch.Tensor) or t.is_nested:
+                raise TypeError(f"{name}[{i}] must be a tensor (one item), got {describe(t)}")
             if t.dim() == 0:
-                raise ValueError(f"tensors[{i}] is 0-d; items must have at least one dimension")
+                raise ValueError(f"{name}[{i}] is 0-d; items must have at least one dimension")
             if t.dim() != tensors[0].dim():
-                raise ValueError(f"all items must have the same number of dimensions: tensors[0] has "
-                                 f"{tensors[0].dim()}, tensors[{i}] has {t.dim()}")
+                raise ValueError(f"all items must have the same number of dimensions: {name}[0] has shape "
+                                 f"{format_shape(tensors[0].shape)}, {name}[{i}] has shape {format_shape(t.shape)}")
             if t.dtype != tensors[0].dtype:
-                raise TypeError(f"all items must have one dtype: tensors[0] is {tensors[0].dtype}, "
-                                f"tensors[{i}] is {t.dtype}")
+                raise TypeError(f"all items must have one dtype: {name}[0] is {tensors[0].dtype}, "
+                                f"{name}[{i}] is {t.dtype}")
             if t.device != tensors[0].device:
-                raise ValueError(f"all items must be on one device: tensors[0] is on {tensors[0].device}, "
-                                 f"tensors[{i}] on {t.device}")
+                raise ValueError(f"all items must be on one device: {name}[0] is on {tensors[0].device}, "
+                                 f"{name}[{i}] on {t.device}")
         if tensors:
             device = torch.device(device) if device is not None else tensors[0].device
             dtype = dtype or tensors[0].dtype
@@ -95,7 +105,7 @@ class RaggedBatch:
         values are shared, not copied. Strided layout: its buffer is shared when it is
         contiguous; otherwise the items are copied."""
         if not isinstance(nt, torch.Tensor) or not nt.is_nested:
-            raise TypeError(f"from_nested expects a nested tensor, got {_describe(nt)}")
+            raise TypeError(f"from_nested expects a nested tensor, got {describe(nt)}")
         if nt.layout == torch.jagged:
             if nt._ragged_idx != 1 or nt._lengths is not None or not nt.values().is_contiguous():
                 # Holes, or a ragged dimension other than the first: copy item by item.
@@ -172,7 +182,7 @@ class RaggedBatch:
         """A batch with this layout and new values (same element count); it shares this
         batch's cached plans and tables."""
         if not isinstance(values, torch.Tensor) or values.shape != self._values.shape:
-            raise ValueError(f"values must have shape {tuple(self._values.shape)}, got {_describe(values)}")
+            raise ValueError(f"values must have shape {format_shape(self._values.shape)}, got {describe(values)}")
         if values.device != self.device:
             raise ValueError(f"values must be on {self.device}, got {values.device}")
         out = RaggedBatch(values, self._offsets, self._sizes, validate=False)
@@ -254,7 +264,8 @@ class RaggedBatch:
 
     def to_nested(self, layout: Optional[torch.layout] = None) -> torch.Tensor:
         """A ``torch.nested`` tensor. Jagged layout (the default where every item has the
-        same extents past the first) shares the values; strided layout copies."""
+        same extents past the first) shares the values; strided layout copies. Both keep
+        the autograd history of the values."""
         shapes = self.item_shapes()
         rest = {s[1:] for s in shapes}
         jagged_ok = len(rest) <= 1
@@ -276,11 +287,6 @@ class RaggedBatch:
                 row_offsets = self._offsets if inner == 1 else self._offsets // inner
             return torch.nested.nested_tensor_from_jagged(rows, offsets=row_offsets)
         if layout == torch.strided:
-            return torch.nested.nested_tensor(self.unbind(), layout=torch.strided)
+            return torch.nested.as_nested_tensor(self.unbind(), layout=torch.strided)
         raise ValueError(f"layout must be torch.jagged or torch.strided, got {layout}")
 
-
-def _describe(x) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"{'nested ' if x.is_nested else ''}tensor of dtype {x.dtype} and shape {tuple(x.shape)}"
-    return type(x).__name__

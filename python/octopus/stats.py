@@ -7,8 +7,8 @@ from typing import NamedTuple, Optional, Sequence, Union
 import torch
 
 from . import _registrations  # noqa: F401
+from .inputs import RaggedLike, RaggedResult, as_ragged
 from .ops import affine
-from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
 
@@ -30,7 +30,7 @@ class ItemStats(NamedTuple):
     std: torch.Tensor
 
 
-def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
+def item_stats(batch: RaggedLike, channels: int = 0, *, correction: int = 1,
                block_elems: Optional[int] = None) -> ItemStats:
     """Sum, mean, min, max, variance and standard deviation of every item in one pass
     (``torch.ops.octopus.item_stats``: one kernel over the batch's block plan).
@@ -42,9 +42,11 @@ def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
     Empty items: count and sum 0, the rest NaN; an item of n <= correction elements has NaN
     variance. sum, mean, var and std are differentiable with respect to the values.
     ``block_elems`` (default 16384) sizes the plan blocks of the pass.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`); the result
+    is an :class:`ItemStats` of tensors whatever the form.
     """
-    if not isinstance(batch, RaggedBatch):
-        raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
+    batch = as_ragged(batch, "batch").batch
     if not isinstance(channels, int) or channels < 0:
         raise ValueError(f"channels must be 0 (per item) or a positive number of channels, got {channels!r}")
     if correction < 0:
@@ -76,8 +78,8 @@ def item_stats(batch: RaggedBatch, channels: int = 0, *, correction: int = 1,
 Constants = Union[Sequence[float], torch.Tensor, None]
 
 
-def normalize(batch: RaggedBatch, channels: int = 0, *, mean: Constants = None, std: Constants = None,
-              eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedBatch:
+def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, std: Constants = None,
+              eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedResult:
     """``(x - mean) / (std + eps)`` per item (``channels=0``) or per item and channel.
 
     Without ``mean``/``std`` the statistics are each item's own (instance normalization over
@@ -86,9 +88,15 @@ def normalize(batch: RaggedBatch, channels: int = 0, *, mean: Constants = None, 
     With ``mean`` and ``std`` (one value per channel, e.g. ImageNet's) those constants are
     used for every item and only the affine pass runs. uint8 values give float32.
     Differentiable with respect to the values.
+
+    ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`, packed once
+    for both passes); the result is a :class:`RaggedBatch`, or a nested tensor of the
+    input's layout for a nested input.
     """
     if (mean is None) != (std is None):
         raise ValueError("give both mean and std (fixed constants) or neither (each item's own statistics)")
+    given = as_ragged(batch, "batch")
+    batch = given.batch
     param_dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
     m = len(batch)
     if mean is None:
@@ -108,5 +116,6 @@ def normalize(batch: RaggedBatch, channels: int = 0, *, mean: Constants = None, 
         shift = (-mean_t * scale).expand(m, c)
         if channels == 0:
             scale, shift = scale[:, 0], shift[:, 0]
-    return affine(batch, scale.to(param_dtype).contiguous(), shift.to(param_dtype).contiguous(),
-                  block_elems=block_elems)
+    out = affine(batch, scale.to(param_dtype).contiguous(), shift.to(param_dtype).contiguous(),
+                 block_elems=block_elems)
+    return given.result(out)

@@ -10,6 +10,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from . import _registrations  # noqa: F401
+from ._messages import describe
 from .geometry import crop_resize
 from .ragged import RaggedBatch
 
@@ -39,12 +40,13 @@ def tile_filter(image: torch.Tensor, tiles: torch.Tensor, threshold: float, *, m
     With ``gather=True`` the kept tiles are copied into a :class:`RaggedBatch` of
     ``[C, h, w]`` items (one more launch; knowing which tiles were kept takes one device to
     host copy). With ``validate`` (default) a tile outside the image or empty raises
-    ``ValueError`` (one host copy of the tiles).
+    ``ValueError`` (one host copy of the tiles). The image is one dense tensor, not a
+    ragged batch: the tiles are the ragged part.
     """
-    if not isinstance(image, torch.Tensor):
-        raise TypeError(f"image must be a tensor, got {type(image).__name__}")
+    if not isinstance(image, torch.Tensor) or image.is_nested:
+        raise TypeError(f"image must be one dense [H, W] or [C, H, W] tensor, got {describe(image)}")
     if not isinstance(tiles, torch.Tensor) or tiles.dtype != torch.int64:
-        raise TypeError("tiles must be an int64 tensor [T, 4] of (y0, x0, y1, x1)")
+        raise TypeError(f"tiles must be an int64 tensor [T, 4] of (y0, x0, y1, x1), got {describe(tiles)}")
     bounds = [(-math.inf if min_mean is None else float(min_mean)), (math.inf if max_mean is None else float(max_mean)),
               (0.0 if min_fraction is None else float(min_fraction)),
               (1.0 if max_fraction is None else float(max_fraction))]

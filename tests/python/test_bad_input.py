@@ -1,0 +1,163 @@
+"""Bad input found while trying octopus as a new user (issue 16): unvalidated offsets never
+reach memory out of bounds (on CUDA: the context survives and later ops are right), and an
+empty offsets tensor is named as such by every op that takes offsets."""
+
+import pytest
+import torch
+
+import octopus
+from conftest import HAS_CUDA
+
+I64 = torch.int64
+EMPTY_OFFSETS = r"^offsets needs at least one entry: num_items \+ 1 of them, starting with 0 \(an empty batch has " \
+                r"offsets \[0\]\); got an empty tensor$"
+
+# (offsets, number of values): every way offsets can be wrong. The overlapping ones cover
+# more blocks than a plan of the batch can hold.
+BAD_OFFSETS = {
+    "decreasing": ([0, 40, 10, 64], 64),
+    "negative": ([0, -20, 30, 64], 64),
+    "past the end": ([0, 10, 500, 64], 64),
+    "first not zero": ([7, 20, 40, 64], 64),
+    "last not the count": ([0, 20, 40, 50], 64),
+    "last past the count": ([0, 20, 40, 90], 64),
+    "overlapping": ([0, 64, 0, 64, 0, 64], 64),
+    "huge": ([0, 2**62, -2**62, 64], 64),
+}
+
+
+def lookup_reference(offsets, n):
+    """The item of every element: the last item whose clamped start is at or before it."""
+    starts = [min(max(o, 0), n) for o in offsets[:-1]]
+    return [max([0] + [i for i in range(1, len(starts)) if starts[i] <= g]) for g in range(n)]
+
+
+def test_lookup_table_of_valid_offsets(device):
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(0, 40, (300,), generator=g)
+    lengths[::7] = 0  # empty items, also first and last
+    lengths[-1] = 0
+    offsets = torch.cat([torch.zeros(1, dtype=I64), lengths.cumsum(0)])
+    n = int(offsets[-1])
+    table = torch.ops.octopus.lookup_table(offsets.to(device), n)
+    want = torch.repeat_interleave(torch.arange(300, dtype=torch.int32), lengths)
+    assert table.dtype == torch.int32 and torch.equal(table.cpu(), want)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OFFSETS))
+def test_lookup_table_of_bad_offsets_holds_item_indices(case, device):
+    offsets, n = BAD_OFFSETS[case]
+    table = torch.ops.octopus.lookup_table(torch.tensor(offsets, device=device), n)
+    assert table.shape == (n,) and table.dtype == torch.int32
+    assert table.cpu().tolist() == lookup_reference(offsets, n)  # every entry an item index in [0, M)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OFFSETS))
+def test_device_plan_of_bad_offsets_stays_in_bounds(case, device):
+    """The plan op checks no contents on CUDA (a plan is built inside graphs); its blocks must
+    still lie in the values and fit the plan's rows."""
+    offsets, n = BAD_OFFSETS[case]
+    m = len(offsets) - 1
+    if device.type == "cpu":  # the CPU plan op validates
+        with pytest.raises(ValueError, match="offsets"):
+            torch.ops.octopus.plan(torch.tensor(offsets), n, 16)
+        return
+    plan = torch.ops.octopus.plan(torch.tensor(offsets, device=device), n, 16).cpu()
+    assert_plan_in_bounds(plan, m, n)
+
+
+def assert_plan_in_bounds(plan, m, n):
+    count = int(plan[0, 0])
+    assert 0 <= count <= plan.shape[0] - 1
+    for begin, packed in plan[1:1 + count].tolist():
+        item, length = packed >> 32, packed & 0xFFFFFFFF
+        assert 0 <= item < m and 0 <= begin and begin + length <= n
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_device_plan_of_many_overlapping_items_stays_in_bounds():
+    """More items than the one-launch plan build takes: the scan + fill path."""
+    m = 20001
+    offsets = torch.tensor([0 if i % 2 == 0 else 64 for i in range(m)] + [64], device="cuda")
+    plan = torch.ops.octopus.plan(offsets, 64, 16).cpu()
+    assert plan.shape[0] == 64 // 16 + m + 1
+    assert_plan_in_bounds(plan, m, 64)
+
+
+@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
+def test_cpu_checks_offsets_even_without_validate(strategy):
+    offsets, n = BAD_OFFSETS["decreasing"]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        torch.ops.octopus.affine(torch.ones(n), torch.tensor(offsets), torch.ones(3), torch.zeros(3), strategy, 0,
+                                 None, False)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
+def test_unvalidated_bad_offsets_leave_the_cuda_context_working(strategy):
+    """README: with validate=False bad offsets give wrong values, never an out-of-bounds
+    access. The lookup table build once hit a device-side assert (repeat_interleave) that
+    killed the context; each op below must return, and a correct op must still be correct."""
+    for case, (offsets, n) in sorted(BAD_OFFSETS.items()):
+        m = len(offsets) - 1
+        values = torch.rand(n, device="cuda")
+        o = torch.tensor(offsets, device="cuda")
+        scale, bias = torch.rand(m, device="cuda") + 1, torch.rand(m, device="cuda")
+        out = torch.ops.octopus.affine(values, o, scale, bias, strategy, 16, None, False)
+        clamped = torch.ops.octopus.pointwise(values, o, "clamp", bias, scale, strategy, 16, None, False)
+        torch.cuda.synchronize()  # a device-side assert or a fault surfaces here
+        assert out.shape == (n,) and clamped.shape == (n,), case
+        if strategy in ("search", "lookup"):
+            # Per-element locators: every element took some item's parameters.
+            candidates = values[:, None] * scale[None, :] + bias[None, :]
+            assert ((out[:, None] - candidates).abs() <= 1e-6 * candidates.abs().clamp(min=1)).any(1).all(), case
+    # The context still works and gives right answers.
+    batch = octopus.RaggedBatch.from_tensors([torch.rand(50), torch.rand(0), torch.rand(7000)], device="cuda")
+    got = octopus.affine(batch, torch.tensor([2.0, 3.0, 4.0], device="cuda"), 1.0, strategy=strategy)
+    want = [t * s + 1 for t, s in zip(batch.unbind(), (2.0, 3.0, 4.0))]
+    for g, w in zip(got.unbind(), want):
+        torch.testing.assert_close(g, w)
+
+
+def empty_offsets_calls(device):
+    """Every op that takes offsets, called with an empty offsets tensor (and otherwise sane
+    arguments): the name of the offsets argument."""
+    e = torch.zeros(0, dtype=I64, device=device)
+    v = torch.zeros(0, device=device)
+    none = torch.zeros(0, device=device)
+    sizes2, sizes3 = torch.zeros(0, 2, dtype=I64, device=device), torch.zeros(0, 3, dtype=I64, device=device)
+    boxes = torch.zeros(0, 5, dtype=I64, device=device)
+    good = torch.zeros(1, dtype=I64, device=device)
+    ops = torch.ops.octopus
+    return {
+        "affine": lambda: ops.affine(v, e, none, none),
+        "pointwise": lambda: ops.pointwise(v, e, "clamp", none, none),
+        "plan": lambda: ops.plan(e, 0, 4096),
+        "lookup_table": lambda: ops.lookup_table(e, 0),
+        "validate_layout": lambda: ops.validate_layout(e, None, 0),
+        "item_stats": lambda: ops.item_stats(v, e, 0, 4096, None, True),
+        "to_padded": lambda: ops.to_padded(v, e, sizes2, [2, 2], 0.0, True),
+        "from_padded": lambda: ops.from_padded(torch.zeros(0, 2, 2, device=device), e, sizes2, 0),
+        "stencil3x3": lambda: ops.stencil3x3(v, e, sizes2, torch.ones(1, 9, device=device)),
+        "stencil3x3_backward": lambda: ops.stencil3x3_backward(v, e, sizes2, torch.ones(1, 9, device=device)),
+        "crop_resize": lambda: ops.crop_resize(v, e, sizes3, boxes, 1, 2, 2),
+        "crop_resize_backward": lambda: ops.crop_resize_backward(torch.zeros(0, 1, 2, 2, device=device), v, e, sizes3,
+                                                                 boxes),
+        "crop_resize_ragged": lambda: ops.crop_resize_ragged(v, e, sizes3, boxes, 1, good, sizes3, 0),
+        "crop_resize_ragged out_offsets": lambda: ops.crop_resize_ragged(v, good, sizes3, boxes, 1, e, sizes3, 0),
+        "crop_resize_ragged_backward": lambda: ops.crop_resize_ragged_backward(v, v, e, sizes3, boxes, 1, good,
+                                                                               sizes3),
+        "octopus.affine": lambda: octopus.affine(v, 2.0, offsets=e),
+        "octopus.plan": lambda: octopus.plan(e, num_values=0),
+        "RaggedBatch": lambda: octopus.RaggedBatch(v, e, sizes2),
+    }
+
+
+def test_empty_offsets_are_named(device):
+    for name, call in empty_offsets_calls(device).items():
+        with pytest.raises(ValueError) as info:
+            call()
+        expected = EMPTY_OFFSETS.replace("offsets", "out_offsets") if "out_offsets" in name else EMPTY_OFFSETS
+        assert info.match(expected), f"{name}: {info.value}"
