@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from octopus.bench import report
-from octopus.bench.distributions import SizesFileError, read_sizes_file
+from octopus.bench.distributions import SizesFileError, read_sizes_file, read_visdrone_boxes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -128,6 +129,34 @@ def test_sizes_file_formats(tmp_path):
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("5\n0\n9\n")
     assert read_sizes_file(str(lengths)).tolist() == [[5], [0], [9]]
+
+
+def test_visdrone_boxes(tmp_path):
+    path = tmp_path / "0001.txt"
+    path.write_text("684,8,273,116,0,0,0,0\n# a comment\n\n406,119,265,70,0.75,4,\n")
+    ann = read_visdrone_boxes(str(path))
+    assert ann.boxes.tolist() == [[684, 8, 273, 116], [406, 119, 265, 70]]
+    assert ann.score.tolist() == [0.0, 0.75] and ann.category.tolist() == [0, 4]
+    assert ann.boxes.dtype == ann.category.dtype == torch.int64
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert read_visdrone_boxes(str(empty)).boxes.shape == (0, 4)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("1,2,3,4,1\n", "expected 6 or 8 fields"),
+    ("1,2,3,4,1,1,0\n", "expected 6 or 8 fields"),
+    ("1,2,3,-4,1,1\n", "non-negative"),
+    ("1,2,inf,4,1,1\n", "finite"),
+    ("1,2,x,4,1,1\n", "line 1: not numbers"),
+])
+def test_bad_visdrone_boxes(tmp_path, content, message):
+    path = tmp_path / "a.txt"
+    path.write_text(content)
+    with pytest.raises(SizesFileError, match=message):
+        read_visdrone_boxes(str(path))
+    with pytest.raises(SizesFileError, match="cannot read annotation file"):
+        read_visdrone_boxes(str(tmp_path / "missing.txt"))
 
 
 def test_validate_reports_problems():

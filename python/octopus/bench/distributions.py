@@ -1,4 +1,5 @@
-"""Item-size distributions of the benchmarks, and item sizes read from a file.
+"""Item-size distributions of the benchmarks, item sizes read from a file, and the boxes of
+VisDrone annotation files (which ``examples/drone_crops.py`` crops).
 
 Each distribution gives ``[M, D]`` int64 item shapes and has a default item count (divided by
 the CPU scale-down on a machine without a GPU):
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -70,15 +71,19 @@ def read_sizes_file(path: str) -> torch.Tensor:
         if not names:
             raise SizesFileError(f"sizes directory {path!r} holds no .txt annotation files")
         return torch.cat([read_sizes_file(os.path.join(path, n)) for n in names])
-    try:
-        with open(path) as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SizesFileError(f"cannot read sizes file {path!r}: {err}") from None
+    text = _read_text(path, "sizes file")
     stripped = text.lstrip()
     if stripped.startswith("{") or stripped.startswith("["):
         return _coco_sizes(path, text)
     return _text_sizes(path, text)
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SizesFileError(f"cannot read {what} {path!r}: {err}") from None
 
 
 def _coco_sizes(path: str, text: str) -> torch.Tensor:
@@ -101,17 +106,23 @@ def _coco_sizes(path: str, text: str) -> torch.Tensor:
     return _finish(path, rows, 2)
 
 
-def _text_sizes(path: str, text: str) -> torch.Tensor:
-    rows, width = [], None
+def _number_lines(path: str, text: str) -> Iterator[Tuple[int, str, List[float]]]:
+    """(line number, line, its numbers) for every line of ``text`` that is not blank or a
+    ``#`` comment; fields are separated by commas or white space."""
     for line_no, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         fields = [f for f in line.replace(",", " ").split() if f]
         try:
-            nums = [float(f) for f in fields]
+            yield line_no, line, [float(f) for f in fields]
         except ValueError:
-            raise SizesFileError(f"sizes file {path!r} line {line_no}: not numbers: {line[:60]!r}") from None
+            raise SizesFileError(f"file {path!r} line {line_no}: not numbers: {line[:60]!r}") from None
+
+
+def _text_sizes(path: str, text: str) -> torch.Tensor:
+    rows, width = [], None
+    for line_no, line, nums in _number_lines(path, text):
         if len(nums) >= 4:  # VisDrone: left, top, width, height, score, category, ...
             shape = (nums[3], nums[2])
         elif len(nums) in (1, 2):
@@ -126,6 +137,35 @@ def _text_sizes(path: str, text: str) -> torch.Tensor:
         width = len(shape)
         rows.append(tuple(max(1, round(v)) if len(nums) >= 4 else round(v) for v in shape))
     return _finish(path, rows, width or 2)
+
+
+class VisDroneBoxes(NamedTuple):
+    """The boxes of one VisDrone-DET annotation file, one row per line: ``boxes`` int64
+    ``[M, 4]`` as ``(left, top, width, height)`` in pixels, ``score`` float64 ``[M]`` (1 or 0
+    for an ignored region in ground truth, a confidence in detector output) and ``category``
+    int64 ``[M]`` (VisDrone's object classes, 0 = ignored region)."""
+    boxes: torch.Tensor
+    score: torch.Tensor
+    category: torch.Tensor
+
+
+def read_visdrone_boxes(path: str) -> VisDroneBoxes:
+    """The boxes of a VisDrone-DET annotation file: ``left,top,width,height,score,category``
+    and optionally ``truncation,occlusion`` per line (the format :func:`read_sizes_file`
+    reads sizes from). An empty file has no boxes. Raises :class:`SizesFileError` naming the
+    file and line of anything else."""
+    text = _read_text(path, "annotation file")
+    rows = []
+    for line_no, line, nums in _number_lines(path, text):
+        if len(nums) not in (6, 8):
+            raise SizesFileError(f"annotation file {path!r} line {line_no}: expected 6 or 8 fields "
+                                 f"(left,top,width,height,score,category[,truncation,occlusion]), got {len(nums)}")
+        if any(not math.isfinite(v) for v in nums) or nums[2] < 0 or nums[3] < 0:
+            raise SizesFileError(f"annotation file {path!r} line {line_no}: width and height must be "
+                                 f"non-negative and every field finite, got {line[:60]!r}")
+        rows.append(nums[:6])
+    table = torch.tensor(rows, dtype=torch.float64).view(-1, 6)
+    return VisDroneBoxes(table[:, :4].round().long(), table[:, 4], table[:, 5].long())
 
 
 def _finish(path: str, rows, width: int) -> torch.Tensor:
