@@ -33,6 +33,7 @@ for bench in $benches; do
     affine) python3 -m octopus.bench affine --no-progress --out "$out/affine_${gpu}_${day}" \
               --json "$out/affine_${gpu}_${day}.json" ;;
     scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
+    contention) python3 -m octopus.bench contention --json "$out/contention_${gpu}_${day}.json" ;;
     diffusion) python3 -m octopus.bench diffusion --repeats 50 --no-progress --out "$out/diffusion_${gpu}_${day}" \
                  --json "$out/diffusion_${gpu}_${day}.json" ;;
     all) python3 -m octopus.bench --all --no-progress \

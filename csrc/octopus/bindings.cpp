@@ -36,7 +36,8 @@ std::shared_ptr<sched::DeviceBackend> make_backend(const std::string& backend, i
 }
 
 sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape, int priority,
-                                   std::optional<double> timeout, int device, int64_t bytes) {
+                                   std::optional<double> timeout, int device, int64_t bytes,
+                                   std::optional<double> deadline, bool best_effort) {
   if (bytes < 0) throw std::invalid_argument("octopus StreamScheduler: bytes must be non-negative, got " + std::to_string(bytes));
   for (const int64_t extent : shape) {
     if (extent < 0) throw std::invalid_argument("octopus StreamScheduler: shape has a negative extent " + std::to_string(extent));
@@ -48,8 +49,12 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
   r.timeout_s = timeout;
   r.device = device;
   r.bytes = static_cast<std::size_t>(bytes);
+  r.deadline_s = deadline;
+  r.best_effort = best_effort;
   return r;
 }
+
+py::object optional_number(const std::optional<double>& value) { return value ? py::cast(*value) : py::none(); }
 
 py::dict stats_dict(const sched::SchedulerStats& s) {
   py::dict out;
@@ -62,17 +67,44 @@ py::dict stats_dict(const sched::SchedulerStats& s) {
   out["waiting"] = s.waiting;
   out["total_wait_s"] = s.total_wait_s;
   out["max_wait_s"] = s.max_wait_s;
+  py::dict classes;
+  int64_t deadline_misses = 0;
+  for (int c = 0; c < sched::kWorkClasses; ++c) {
+    const sched::ClassStats& cs = s.classes[static_cast<std::size_t>(c)];
+    py::dict cd;
+    cd["granted"] = cs.granted;
+    cd["released"] = cs.released;
+    cd["wait_p50_s"] = optional_number(cs.wait_p50_s);
+    cd["wait_p99_s"] = optional_number(cs.wait_p99_s);
+    cd["hold_p50_s"] = optional_number(cs.hold_p50_s);
+    cd["hold_p99_s"] = optional_number(cs.hold_p99_s);
+    cd["deadline_misses"] = cs.deadline_misses();
+    cd["deadline_rejected"] = cs.deadline_rejected;
+    cd["deadline_expired"] = cs.deadline_expired;
+    cd["deadline_late"] = cs.deadline_late;
+    cd["deadline_promoted"] = cs.deadline_promoted;
+    cd["throttled_s"] = cs.throttled_s;
+    cd["pauses"] = cs.pauses;
+    classes[sched::work_class_name(static_cast<sched::WorkClass>(c))] = cd;
+    deadline_misses += cs.deadline_misses();
+  }
+  out["classes"] = classes;
+  out["deadline_misses"] = deadline_misses;
   py::list devices;
   for (const sched::DeviceStats& d : s.devices) {
     py::dict dd;
     dd["device"] = d.device;
     dd["active_leases"] = d.active_leases;
     dd["peak_leases"] = d.peak_leases;
+    dd["best_effort_leases"] = d.best_effort_leases;
+    dd["latency_critical_leases"] = d.latency_critical_leases;
+    dd["lease_limit"] = d.lease_limit;
     dd["occupancy_in_use"] = d.occupancy_in_use;
     dd["granted"] = d.granted;
     dd["free_bytes"] = d.free_bytes;
     dd["total_bytes"] = d.total_bytes;
-    dd["utilization"] = d.utilization ? py::cast(*d.utilization) : py::none();
+    dd["partition_sms"] = d.partition_sms;
+    dd["utilization"] = optional_number(d.utilization);
     devices.append(dd);
   }
   out["devices"] = devices;
@@ -80,7 +112,15 @@ py::dict stats_dict(const sched::SchedulerStats& s) {
 }
 
 void bind_scheduler(py::module_& m) {
-  py::register_exception<sched::LeaseTimeout>(m, "LeaseTimeout", PyExc_TimeoutError);
+  auto lease_timeout = py::register_exception<sched::LeaseTimeout>(m, "LeaseTimeout", PyExc_TimeoutError);
+  py::register_exception<sched::DeadlineMissed>(m, "DeadlineMissed", lease_timeout.ptr());
+  py::class_<sched::SimulatedBackend>(m, "SimulatedBackend")
+      .def("set_free_memory", &sched::SimulatedBackend::set_free_memory, py::arg("device"), py::arg("free_bytes"))
+      .def("set_utilization", &sched::SimulatedBackend::set_utilization, py::arg("device"), py::arg("value"))
+      .def("set_manual_events", &sched::SimulatedBackend::set_manual_events, py::arg("manual"))
+      .def("complete_events", &sched::SimulatedBackend::complete_events, py::arg("device"), py::arg("count"))
+      .def("pending_events", &sched::SimulatedBackend::pending_events, py::arg("device"))
+      .def("set_partition_failure", &sched::SimulatedBackend::set_partition_failure, py::arg("reason"));
 
   py::class_<sched::ReleaseEvent, std::shared_ptr<sched::ReleaseEvent>>(m, "ReleaseEvent")
       .def_property_readonly("device", &sched::ReleaseEvent::device)
@@ -97,6 +137,8 @@ void bind_scheduler(py::module_& m) {
       .def_property_readonly("stream_ptr", [](const sched::Lease& l) { return reinterpret_cast<std::uintptr_t>(l.stream()); })
       .def_property_readonly("stream_slot", &sched::Lease::stream_slot)
       .def_property_readonly("priority", &sched::Lease::priority)
+      .def_property_readonly("work_class", [](const sched::Lease& l) { return sched::work_class_name(l.work_class()); })
+      .def_property_readonly("promoted", &sched::Lease::promoted)
       .def_property_readonly("occupancy", &sched::Lease::occupancy)
       .def_property_readonly("kind", &sched::Lease::kind)
       .def_property_readonly("waited_s", &sched::Lease::waited_s)
@@ -105,12 +147,16 @@ void bind_scheduler(py::module_& m) {
       .def_property_readonly("release_event", &sched::Lease::release_event)
       // No GIL release: returning a lease never waits (the scheduler lock is held briefly).
       // The event is read from release_event, so the common path creates no Python object.
-      .def("release", [](sched::Lease& l) { l.release(); });
+      .def("release", [](sched::Lease& l) { l.release(); })
+      .def("checkpoint", &sched::Lease::checkpoint, py::arg("units"), py::call_guard<py::gil_scoped_release>());
 
   py::class_<sched::StreamScheduler>(m, "StreamScheduler")
       .def(py::init([](int max_leases_per_device, double max_occupancy, double default_occupancy, double memory_reserve,
                        double memory_poll_interval, double timeout, std::vector<int> devices, bool record_timeline,
-                       std::size_t timeline_capacity, const std::string& backend, int simulated_devices, bool use_nvml) {
+                       std::size_t timeline_capacity, const std::string& backend, int simulated_devices, bool use_nvml,
+                       int max_best_effort_leases, const std::string& throttle, int best_effort_in_flight,
+                       double best_effort_max_pause, int reserved_sms, const std::string& infeasible_deadline,
+                       std::optional<double> target_utilization, int min_leases_per_device, double utilization_interval) {
              sched::SchedulerConfig c;
              c.max_leases_per_device = max_leases_per_device;
              c.max_occupancy = max_occupancy;
@@ -121,6 +167,17 @@ void bind_scheduler(py::module_& m) {
              c.devices = std::move(devices);
              c.record_timeline = record_timeline;
              c.timeline_capacity = timeline_capacity;
+             c.max_best_effort_leases_per_device = max_best_effort_leases;
+             c.throttle = sched::parse_throttle_mode(throttle);
+             c.best_effort_in_flight = best_effort_in_flight;
+             c.best_effort_max_pause_s = best_effort_max_pause;
+             c.reserved_sms = reserved_sms;
+             c.infeasible_deadline = sched::parse_infeasible_deadline(infeasible_deadline);
+             c.target_utilization = target_utilization;
+             c.min_leases_per_device = min_leases_per_device;
+             c.utilization_interval_s = utilization_interval;
+             // Checked before the backend is made: a bad option is a ValueError, not a CUDA error.
+             sched::validate(c);
              auto s = std::make_unique<sched::StreamScheduler>(c, make_backend(backend, simulated_devices, use_nvml));
              if (backend == "cuda") {
                for (const auto& [kind, profile] : octopus::octopus_kernel_profiles()) s->register_kernel(kind, profile);
@@ -130,37 +187,47 @@ void bind_scheduler(py::module_& m) {
            py::arg("max_leases_per_device"), py::arg("max_occupancy"), py::arg("default_occupancy"),
            py::arg("memory_reserve"), py::arg("memory_poll_interval"), py::arg("timeout"), py::arg("devices"),
            py::arg("record_timeline"), py::arg("timeline_capacity"), py::arg("backend"), py::arg("simulated_devices"),
-           py::arg("use_nvml"))
+           py::arg("use_nvml"), py::arg("max_best_effort_leases"), py::arg("throttle"), py::arg("best_effort_in_flight"),
+           py::arg("best_effort_max_pause"), py::arg("reserved_sms"), py::arg("infeasible_deadline"),
+           py::arg("target_utilization"), py::arg("min_leases_per_device"), py::arg("utilization_interval"))
       .def("acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
-                         std::optional<double> timeout, int device, int64_t bytes) {
-             const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes);
+                         std::optional<double> timeout, int device, int64_t bytes, std::optional<double> deadline,
+                         bool best_effort) {
+             const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes,
+                                                          deadline, best_effort);
              py::gil_scoped_release unlocked;
              return s.acquire(r);
-           }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"))
+           }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
+           py::arg("deadline"), py::arg("best_effort"))
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
-                             int device, int64_t bytes) {
-             const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device, bytes);
+                             int device, int64_t bytes, std::optional<double> deadline, bool best_effort) {
+             const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,
+                                                          bytes, deadline, best_effort);
              py::gil_scoped_release unlocked;
              return s.try_acquire(r);
-           }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("device"), py::arg("bytes"))
+           }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("device"), py::arg("bytes"),
+           py::arg("deadline"), py::arg("best_effort"))
       .def("register_kind", &sched::StreamScheduler::register_kind, py::arg("kind"), py::arg("occupancy"))
       .def("register_kernel", [](sched::StreamScheduler& s, const std::string& kind, int blocks_per_sm, int64_t elements_per_block) {
              s.register_kernel(kind, sched::KernelProfile{blocks_per_sm, elements_per_block});
            }, py::arg("kind"), py::arg("blocks_per_sm"), py::arg("elements_per_block"))
       .def("estimate_occupancy", &sched::StreamScheduler::estimate_occupancy, py::arg("kind"), py::arg("shape"), py::arg("device"))
+      .def("seconds_per_unit", &sched::StreamScheduler::seconds_per_unit, py::arg("kind"))
+      .def("set_seconds_per_unit", &sched::StreamScheduler::set_seconds_per_unit, py::arg("kind"), py::arg("seconds"))
+      .def("adapt_concurrency", &sched::StreamScheduler::adapt_concurrency, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("simulated_backend", [](sched::StreamScheduler& s) {
+             auto* simulated = dynamic_cast<sched::SimulatedBackend*>(&s.backend());
+             if (simulated == nullptr) throw std::invalid_argument("simulated_backend needs backend=\"simulated\"");
+             return simulated;
+           }, py::return_value_policy::reference_internal)
       .def_property_readonly("devices", &sched::StreamScheduler::devices)
       .def_property_readonly("backend", &sched::StreamScheduler::backend_name)
       .def_property_readonly("max_leases_per_device", [](const sched::StreamScheduler& s) { return s.config().max_leases_per_device; })
       .def("stats", [](const sched::StreamScheduler& s) { return stats_dict(s.stats()); })
-      .def("trace_json", &sched::StreamScheduler::trace_json)
-      .def("write_trace", &sched::StreamScheduler::write_trace, py::arg("path"))
-      .def("set_simulated_free_memory", [](sched::StreamScheduler& s, int device, std::size_t free_bytes) {
-             auto* simulated = dynamic_cast<sched::SimulatedBackend*>(&s.backend());
-             if (simulated == nullptr) throw std::invalid_argument("set_simulated_free_memory needs backend=\"simulated\"");
-             simulated->set_free_memory(device, free_bytes);
-           }, py::arg("device"), py::arg("free_bytes"))
+      .def("trace_json", &sched::StreamScheduler::trace_json, py::call_guard<py::gil_scoped_release>())
+      .def("write_trace", &sched::StreamScheduler::write_trace, py::arg("path"), py::call_guard<py::gil_scoped_release>())
       .def("time_acquire_release", [](sched::StreamScheduler& s, std::string kind, int rounds, int per_round) {
-             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0);
+             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0, std::nullopt, false);
              py::gil_scoped_release unlocked;
              return sched::time_acquire_release(s, r, rounds, per_round);
            }, py::arg("kind"), py::arg("rounds"), py::arg("per_round"));

@@ -2,8 +2,9 @@
 processed by one kernel launch, each CUDA block finding its item from a small plan.
 
 Ops live under ``torch.ops.octopus``; this package adds :class:`RaggedBatch` and Python
-wrappers that pass a batch's cached plan to them, and :class:`StreamScheduler`, which
-leases CUDA streams to many callers sharing GPUs.
+wrappers that pass a batch's cached plan to them, :class:`StreamScheduler`, which
+leases CUDA streams to many callers sharing GPUs (latency-critical work first), and
+:class:`Batcher`, which groups single requests into one call under one lease.
 """
 
 from . import _registrations  # noqa: F401  (fake + autograd registrations)
@@ -15,13 +16,14 @@ from .ops import affine, clamp, from_padded, plan, plan_blocks, power, threshold
 from .ragged import RaggedBatch
 from .stats import ItemStats, item_stats, normalize
 from .tiles import TileFilter, tile_filter
-from .scheduler import Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
+from .scheduler import DeadlineMissed, Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
+from .batcher import Batcher
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 
 __version__ = "0.1.0"
 
 __all__ = [
     "RaggedBatch", "affine", "crop_resize", "resize", "tile_filter", "TileFilter", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
-    "StreamScheduler", "Lease", "LeaseTimeout", "ReleaseEvent",
+    "StreamScheduler", "Lease", "LeaseTimeout", "DeadlineMissed", "ReleaseEvent", "Batcher",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

@@ -107,7 +107,8 @@ def test_the_gil_is_released_while_waiting():
 
 
 def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
-    sched = simulated(4, simulated_devices=2)
+    """Every class, deadlines and best-effort checkpoints (throttled by the high leases)."""
+    sched = simulated(4, simulated_devices=2, best_effort_max_pause=0.002)
     per_thread = 1000
     results = [[] for _ in range(64)]
     held = [0, 0]
@@ -122,14 +123,17 @@ def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
         for i in range(per_thread):
             fail = rng.random() < 0.05
             try:
-                with sched.acquire(priority=rng.choice(["low", "normal", "high"]),
-                                   timeout=rng.choice([None, 1.0, 0.0005]),
-                                   device=rng.choice([None, 0, 1])) as lease:
+                with sched.acquire(rng.choice(["a", "b"]), priority=rng.choice(["low", "normal", "high"]),
+                                   timeout=rng.choice([None, 1.0, 0.0005]), device=rng.choice([None, 0, 1]),
+                                   deadline=rng.choice([None, None, 0.0, 0.002, 5.0]),
+                                   best_effort=rng.random() < 0.1) as lease:
                     with lock:
                         held[lease.device_index] += 1
                         if held[lease.device_index] > 4:
                             over_limit.append(held[lease.device_index])
                     try:
+                        for _ in range(rng.randrange(3)):
+                            lease.checkpoint(1)
                         if fail:
                             planned.append(t)
                             raise Planned()
@@ -137,7 +141,7 @@ def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
                     finally:
                         with lock:
                             held[lease.device_index] -= 1
-            except (octopus.LeaseTimeout, Planned):
+            except (octopus.LeaseTimeout, Planned):  # DeadlineMissed is a LeaseTimeout
                 results[t].append(-1)
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(64)]
@@ -147,16 +151,21 @@ def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
         t.join(timeout=120)
         assert not t.is_alive(), "deadlock: a worker never finished"
     stats = sched.stats()
+    classes = stats["classes"].values()
     assert not over_limit
     assert stats["active"] == 0 and stats["waiting"] == 0
     assert stats["granted"] == stats["released"]
-    assert stats["granted"] + stats["timeouts"] == 64 * per_thread
+    assert sum(c["granted"] for c in classes) == stats["granted"]
+    assert sum(c["released"] for c in classes) == stats["released"]
+    missed = sum(c["deadline_rejected"] + c["deadline_expired"] for c in classes)
+    assert stats["granted"] + stats["timeouts"] + missed == 64 * per_thread
     done = sum(1 for r in results for x in r if x >= 0)
     assert stats["granted"] == done + len(planned)  # every granted lease ran its work
     for r in results:  # every item either done, in order, or accounted for as a failure
         assert len(r) == per_thread
         assert [x for x in r if x >= 0] == sorted(x for x in r if x >= 0)
-    assert all(d["active_leases"] == 0 and d["peak_leases"] <= 4 for d in stats["devices"])
+    assert all(d["active_leases"] == d["best_effort_leases"] == d["latency_critical_leases"] == 0
+               and d["peak_leases"] <= 4 for d in stats["devices"])
 
 
 def test_map_returns_results_in_order():
@@ -224,7 +233,7 @@ def test_occupancy_estimates():
 
 def test_memory_reserve_on_the_simulation():
     sched = simulated(4, memory_reserve=0.5, memory_poll_interval=0.001)
-    sched._impl.set_simulated_free_memory(0, 1 << 30)
+    sched.simulated_backend.set_free_memory(0, 1 << 30)
     time.sleep(0.005)
     with pytest.raises(octopus.LeaseTimeout, match="free-memory reserve"):
         sched.acquire(timeout=0.02)

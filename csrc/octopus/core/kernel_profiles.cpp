@@ -12,8 +12,8 @@ KernelProfileRegistration::KernelProfileRegistration(std::string kind, KernelPro
   registry().emplace_back(std::move(kind), std::move(factory));
 }
 
-std::vector<std::pair<std::string, scheduler::KernelProfile>> octopus_kernel_profiles() {
-  std::vector<std::pair<std::string, scheduler::KernelProfile>> profiles;
+std::vector<std::pair<std::string, KernelProfile>> octopus_kernel_profiles() {
+  std::vector<std::pair<std::string, KernelProfile>> profiles;
   for (const auto& [kind, factory] : registry()) profiles.emplace_back(kind, factory());
   return profiles;
 }

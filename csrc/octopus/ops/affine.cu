@@ -33,8 +33,8 @@ at::Tensor affine_cuda(const at::Tensor& values, const at::Tensor& offsets, cons
 // Lease kind "octopus.affine" for the StreamScheduler: float32 per-item affine with the
 // default plan, a block per kWarpsPerBlock plan blocks of the default size.
 const KernelProfileRegistration affine_profile("octopus.affine", [] {
-  return scheduler::KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, ItemParamOp<float, float, float, false, AffineFn>>(),
-                                  int64_t{cuda::kWarpsPerBlock} * kDefaultBlockElems};
+  return KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, ItemParamOp<float, float, float, false, AffineFn>>(),
+                       int64_t{cuda::kWarpsPerBlock} * kDefaultBlockElems};
 });
 
 }  // namespace

@@ -7,13 +7,44 @@
 #include <string>
 #include <vector>
 
+#include "octopus/core/kernel_profiles.h"
+
 namespace octopus::scheduler {
 
+using KernelProfile = ::octopus::KernelProfile;
+
+// Classes of work. Latency-critical leases get high-priority streams and pause
+// best-effort holders at their checkpoints; best-effort leases run on their own streams
+// (on an SM partition where configured) and yield at checkpoints.
+enum class WorkClass { BestEffort, Normal, LatencyCritical };
+constexpr int kWorkClasses = 3;
+// "best_effort", "normal", "high": the names stats and traces use.
+const char* work_class_name(WorkClass c);
+
+// When best-effort holders are paused at their checkpoints.
+enum class ThrottleMode {
+  Off,      // never (the in-flight bound still applies)
+  Waiting,  // while a latency-critical request waits for a lease on the device
+  Held,     // while a latency-critical lease is held or waiting on the device
+};
+const char* throttle_mode_name(ThrottleMode m);  // "off", "waiting", "held"
+ThrottleMode parse_throttle_mode(const std::string& name);  // throws std::invalid_argument
+
+// What happens to a request whose deadline cannot be met by the scheduler's estimate.
+enum class InfeasibleDeadline { Reject, Promote };
+const char* infeasible_deadline_name(InfeasibleDeadline p);  // "reject", "promote"
+InfeasibleDeadline parse_infeasible_deadline(const std::string& name);  // throws std::invalid_argument
+
 struct SchedulerConfig {
-  // Leases held at once on one device; the pool has this many streams of each priority.
+  // Leases held at once on one device; the pool has this many streams of each class.
   int max_leases_per_device = 4;
+  // Best-effort leases held at once on one device; -1: one fewer than the device's lease
+  // limit (at least 1), so that best-effort work never takes a device's last lease.
+  int max_best_effort_leases_per_device = -1;
   // Sum of the leases' estimated occupancy (1.0 = the whole device) allowed at once.
-  // A lease is always granted on an idle device, however large its estimate.
+  // A lease is always granted on an idle device, however large its estimate. Best-effort
+  // leases are admitted within it; other leases are admitted as if best-effort ones were
+  // not there (those yield at checkpoints instead).
   double max_occupancy = 1.0;
   // Estimate of a lease whose kind nobody registered.
   double default_occupancy = 0.0;
@@ -27,23 +58,45 @@ struct SchedulerConfig {
   std::vector<int> devices;
   bool record_timeline = false;
   std::size_t timeline_capacity = std::size_t{1} << 20;
-};
 
-// How many blocks of an octopus kernel fit on one multiprocessor, and how many elements
-// one block covers: a lease of `numel` elements then occupies
-// min(1, ceil(numel / elements_per_block) / (blocks_per_sm * multiprocessors)).
-struct KernelProfile {
-  int blocks_per_sm = 1;
-  int64_t elements_per_block = 1;
+  // Best-effort work: when holders are paused at checkpoints, how many of a holder's
+  // slices may be queued or running on the device at once (0: no bound), and the longest
+  // one pause lasts (negative: no limit) before the holder runs one more slice anyway.
+  ThrottleMode throttle = ThrottleMode::Held;
+  int best_effort_in_flight = 2;
+  double best_effort_max_pause_s = 0.25;
+  // SMs of each device kept free of best-effort work: best-effort streams are created on
+  // a green context of the other SMs (0: no partition).
+  int reserved_sms = 0;
+
+  InfeasibleDeadline infeasible_deadline = InfeasibleDeadline::Reject;
+
+  // Adaptive concurrency: the device's lease limit moves between min_leases_per_device and
+  // max_leases_per_device to keep its utilization (NVML) near this target. Unset, or
+  // without a utilization reading, the limit stays at max_leases_per_device.
+  std::optional<double> target_utilization;
+  int min_leases_per_device = 1;
+  // How often utilization is sampled (for the adaptive limit and for choosing among
+  // equally loaded devices); never under the scheduler's lock.
+  double utilization_interval_s = 0.1;
 };
 
 struct AcquireRequest {
   std::string kind;
   std::vector<int64_t> shape;  // the work's shape, for kinds with a kernel profile
-  int priority = 0;            // higher runs first; > 0 takes a high-priority stream
+  int priority = 0;            // higher runs first; > 0 is latency-critical, < 0 best-effort
   std::optional<double> timeout_s;  // unset: the config's
   int device = -1;             // -1: the least-loaded device
   std::size_t bytes = 0;       // memory the work will allocate, held against the reserve
+  // Seconds from the request by which the lease should be returned; waiters of one
+  // priority are served earliest deadline first.
+  std::optional<double> deadline_s;
+  bool best_effort = false;    // best-effort whatever the priority
 };
+
+WorkClass work_class_of(const AcquireRequest& request);
+
+// Throws std::invalid_argument naming the first bad field.
+void validate(const SchedulerConfig& config);
 
 }  // namespace octopus::scheduler

@@ -4,36 +4,13 @@
 
 #include <stdexcept>
 
+#include "octopus/scheduler/cuda_check.h"
 #include "octopus/scheduler/nvml.h"
 
 namespace octopus::scheduler {
-namespace {
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("octopus StreamScheduler: ") + what + " failed: " + cudaGetErrorString(status));
-  }
-}
-
-// Runs CUDA calls on `device` and puts the caller's current device back afterwards.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-    else previous_ = -1;
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
-}  // namespace
+using cuda_detail::check;
+using cuda_detail::DeviceGuard;
 
 CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
   const cudaError_t status = cudaGetDeviceCount(&device_count_);
@@ -46,10 +23,13 @@ CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
   pci_bus_ids_.resize(static_cast<std::size_t>(device_count_));
   for (int d = 0; d < device_count_; ++d) {
     char bus_id[32] = {};
-    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), d) == cudaSuccess) pci_bus_ids_[static_cast<std::size_t>(d)] = bus_id;
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), d) == cudaSuccess) {
+      pci_bus_ids_[static_cast<std::size_t>(d)] = bus_id;
+    } else {
+      cudaGetLastError();
+    }
   }
-  utilization_time_.resize(pci_bus_ids_.size());
-  utilization_.resize(pci_bus_ids_.size());
+  partitions_.resize(pci_bus_ids_.size());
 }
 
 int CudaBackend::multiprocessor_count(int device) {
@@ -66,6 +46,21 @@ StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
   check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, high_priority ? greatest : lowest),
         "cudaStreamCreateWithPriority");
   return stream;
+}
+
+int CudaBackend::create_partition(int device, int reserved_sms) {
+  std::lock_guard<std::mutex> lock(partitions_mutex_);
+  auto& partition = partitions_.at(static_cast<std::size_t>(device));
+  if (partition) throw std::logic_error("octopus StreamScheduler: device " + std::to_string(device) + " is partitioned already");
+  partition = GreenContextPartition::create(device, reserved_sms);
+  return partition->sms();
+}
+
+StreamHandle CudaBackend::create_partition_stream(int device) {
+  std::lock_guard<std::mutex> lock(partitions_mutex_);
+  auto& partition = partitions_.at(static_cast<std::size_t>(device));
+  if (!partition) throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
+  return partition->create_stream();
 }
 
 EventHandle CudaBackend::create_event(int device) {
@@ -108,14 +103,7 @@ MemoryInfo CudaBackend::memory_info(int device) {
 
 std::optional<double> CudaBackend::utilization(int device) {
   if (!use_nvml_) return std::nullopt;
-  const auto d = static_cast<std::size_t>(device);
-  std::lock_guard<std::mutex> lock(utilization_mutex_);
-  const auto now = std::chrono::steady_clock::now();
-  if (utilization_time_[d].time_since_epoch().count() == 0 || now - utilization_time_[d] > std::chrono::milliseconds(50)) {
-    utilization_[d] = Nvml::instance().utilization(pci_bus_ids_[d]);
-    utilization_time_[d] = now;
-  }
-  return utilization_[d];
+  return Nvml::instance().utilization(pci_bus_ids_.at(static_cast<std::size_t>(device)));
 }
 
 }  // namespace octopus::scheduler

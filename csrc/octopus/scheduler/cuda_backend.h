@@ -1,13 +1,15 @@
 // The device layer on the CUDA runtime. Streams are non-blocking (they do not
-// synchronize with the legacy default stream), events carry no timing.
+// synchronize with the legacy default stream), events carry no timing. Partitions are
+// green contexts (green_context.h).
 #pragma once
 
-#include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "octopus/scheduler/device_backend.h"
+#include "octopus/scheduler/green_context.h"
 
 namespace octopus::scheduler {
 
@@ -20,6 +22,8 @@ class CudaBackend final : public DeviceBackend {
   int device_count() override { return device_count_; }
   int multiprocessor_count(int device) override;
   StreamHandle create_stream(int device, bool high_priority) override;
+  int create_partition(int device, int reserved_sms) override;
+  StreamHandle create_partition_stream(int device) override;
   EventHandle create_event(int device) override;
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;
@@ -27,16 +31,15 @@ class CudaBackend final : public DeviceBackend {
   void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int device, StreamHandle stream, EventHandle event) override;
   MemoryInfo memory_info(int device) override;
+  // A direct NVML query (the scheduler rate-limits it and calls it outside its lock).
   std::optional<double> utilization(int device) override;
 
  private:
   int device_count_ = 0;
   bool use_nvml_ = false;
   std::vector<std::string> pci_bus_ids_;
-  // NVML is sampled at most every 50 ms per device; acquire must stay cheap.
-  std::mutex utilization_mutex_;
-  std::vector<std::chrono::steady_clock::time_point> utilization_time_;
-  std::vector<std::optional<double>> utilization_;
+  std::mutex partitions_mutex_;
+  std::vector<std::unique_ptr<GreenContextPartition>> partitions_;  // by device; never destroyed (see green_context.h)
 };
 
 }  // namespace octopus::scheduler

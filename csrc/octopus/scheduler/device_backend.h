@@ -27,6 +27,13 @@ class DeviceBackend {
   // A stream of high or normal priority on `device`, created once and kept for the
   // life of the process.
   virtual StreamHandle create_stream(int device, bool high_priority) = 0;
+  // Sets `device` up so that partition streams run on a subset of its multiprocessors
+  // that leaves at least `reserved_sms` of them to other streams; returns the subset's
+  // size. Throws std::runtime_error naming the reason where that is not possible.
+  virtual int create_partition(int device, int reserved_sms) = 0;
+  // A lowest-priority stream on the partition create_partition made, kept for the life of
+  // the process.
+  virtual StreamHandle create_partition_stream(int device) = 0;
   virtual EventHandle create_event(int device) = 0;
   virtual void destroy_event(int device, EventHandle event) noexcept = 0;
   virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;
@@ -36,7 +43,8 @@ class DeviceBackend {
   // Makes future work on `stream` wait for the event (without blocking the host).
   virtual void stream_wait_event(int device, StreamHandle stream, EventHandle event) = 0;
   virtual MemoryInfo memory_info(int device) = 0;
-  // GPU utilization in [0, 1] over the driver's last sample period, where known.
+  // GPU utilization in [0, 1] over the driver's last sample period, where known. May be
+  // slow (NVML): the scheduler never calls it while holding its lock.
   virtual std::optional<double> utilization(int device) = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "octopus/scheduler/simulated_backend.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -9,36 +10,128 @@ SimulatedBackend::SimulatedBackend(int num_devices, std::size_t memory_per_devic
     : num_devices_(num_devices),
       multiprocessors_(multiprocessors),
       memory_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices), MemoryInfo{memory_per_device, memory_per_device}),
-      utilization_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)) {
+      utilization_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)),
+      partition_sms_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices), 0),
+      pending_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)) {
   if (num_devices < 1) {
     throw std::invalid_argument("simulated_devices must be at least 1, got " + std::to_string(num_devices));
   }
+}
+
+std::size_t SimulatedBackend::index(int device) const {
+  if (device < 0 || device >= num_devices_) {
+    throw std::out_of_range("simulated backend: no device " + std::to_string(device));
+  }
+  return static_cast<std::size_t>(device);
 }
 
 StreamHandle SimulatedBackend::create_stream(int, bool) {
   return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
 }
 
+int SimulatedBackend::create_partition(int device, int reserved_sms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!partition_failure_.empty()) throw std::runtime_error(partition_failure_);
+  const int sms = (multiprocessors_ - reserved_sms) / kPartitionGranularity * kPartitionGranularity;
+  if (reserved_sms < 1 || sms < kPartitionGranularity) {
+    throw std::runtime_error("cannot keep " + std::to_string(reserved_sms) + " of the " + std::to_string(multiprocessors_) +
+                             " SMs free: a partition needs at least " + std::to_string(kPartitionGranularity) + " SMs");
+  }
+  partition_sms_[index(device)] = sms;
+  return sms;
+}
+
+StreamHandle SimulatedBackend::create_partition_stream(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (partition_sms_[index(device)] == 0) throw std::logic_error("simulated backend: no partition on this device");
+  }
+  return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
+}
+
 EventHandle SimulatedBackend::create_event(int) { return reinterpret_cast<EventHandle>(next_handle_.fetch_add(1)); }
+
+void SimulatedBackend::record_event(int device, EventHandle event, StreamHandle) {
+  events_recorded_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mutex_);
+  EventState& e = events_[event];
+  e.recorded += 1;
+  if (manual_events_) {
+    pending_[index(device)].emplace_back(event, e.recorded);
+  } else {
+    e.completed = e.recorded;
+  }
+}
+
+bool SimulatedBackend::event_done(int, EventHandle event) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = events_.find(event);
+  return it == events_.end() || it->second.completed >= it->second.recorded;
+}
+
+void SimulatedBackend::synchronize_event(int, EventHandle event) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  completed_.wait(lock, [&] {
+    const auto it = events_.find(event);
+    return it == events_.end() || it->second.completed >= it->second.recorded;
+  });
+}
 
 MemoryInfo SimulatedBackend::memory_info(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return memory_.at(static_cast<std::size_t>(device));
+  return memory_[index(device)];
 }
 
 std::optional<double> SimulatedBackend::utilization(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return utilization_.at(static_cast<std::size_t>(device));
+  return utilization_[index(device)];
 }
 
 void SimulatedBackend::set_free_memory(int device, std::size_t free_bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  memory_.at(static_cast<std::size_t>(device)).free_bytes = free_bytes;
+  memory_[index(device)].free_bytes = free_bytes;
 }
 
 void SimulatedBackend::set_utilization(int device, std::optional<double> value) {
   std::lock_guard<std::mutex> lock(mutex_);
-  utilization_.at(static_cast<std::size_t>(device)) = value;
+  utilization_[index(device)] = value;
+}
+
+void SimulatedBackend::set_manual_events(bool manual) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    manual_events_ = manual;
+  }
+  if (!manual) {
+    for (int d = 0; d < num_devices_; ++d) complete_events(d, -1);
+  }
+}
+
+int SimulatedBackend::complete_events(int device, int count) {
+  int completed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& queue = pending_[index(device)];
+    while (!queue.empty() && (count < 0 || completed < count)) {
+      const auto [event, generation] = queue.front();
+      queue.pop_front();
+      EventState& e = events_[event];
+      e.completed = std::max(e.completed, generation);
+      ++completed;
+    }
+  }
+  completed_.notify_all();
+  return completed;
+}
+
+int SimulatedBackend::pending_events(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(pending_[index(device)].size());
+}
+
+void SimulatedBackend::set_partition_failure(std::string reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  partition_failure_ = std::move(reason);
 }
 
 }  // namespace octopus::scheduler

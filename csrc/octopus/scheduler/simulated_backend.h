@@ -1,10 +1,17 @@
-// A CPU simulation of the device layer: numbered streams and events, memory figures the
-// caller sets. It lets the scheduling policy (priorities, FIFO, capacity, timeouts) be
-// tested and demonstrated where there is no GPU.
+// A CPU simulation of the device layer: numbered streams and events, memory and
+// utilization figures the caller sets, and (optionally) events that complete only when
+// the caller says the device got that far. It lets the scheduling policy (priorities,
+// deadlines, capacity, throttling, the in-flight bound, timeouts) be tested and
+// demonstrated where there is no GPU.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "octopus/scheduler/device_backend.h"
@@ -20,28 +27,57 @@ class SimulatedBackend final : public DeviceBackend {
   int device_count() override { return num_devices_; }
   int multiprocessor_count(int) override { return multiprocessors_; }
   StreamHandle create_stream(int device, bool high_priority) override;
+  // Partitions are whole groups of kPartitionGranularity SMs (as on sm_90).
+  int create_partition(int device, int reserved_sms) override;
+  StreamHandle create_partition_stream(int device) override;
   EventHandle create_event(int device) override;
   void destroy_event(int, EventHandle) noexcept override {}
-  void record_event(int, EventHandle, StreamHandle) override { events_recorded_.fetch_add(1); }
-  bool event_done(int, EventHandle) override { return true; }
-  void synchronize_event(int, EventHandle) override {}
+  void record_event(int device, EventHandle event, StreamHandle stream) override;
+  bool event_done(int device, EventHandle event) override;
+  void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int, StreamHandle, EventHandle) override {}
   MemoryInfo memory_info(int device) override;
   std::optional<double> utilization(int device) override;
 
+  static constexpr int kPartitionGranularity = 8;
+
   // Test hooks: what the next memory / utilization queries report.
   void set_free_memory(int device, std::size_t free_bytes);
   void set_utilization(int device, std::optional<double> value);
+  // With manual events on, an event recorded on a device completes only once
+  // complete_events has been called for it: events complete in the order they were
+  // recorded on the device, as work queued on one busy GPU would.
+  void set_manual_events(bool manual);
+  // Completes the `count` oldest pending events of `device` (all of them for a negative
+  // count); returns how many it completed.
+  int complete_events(int device, int count);
+  int pending_events(int device);
+  // Makes create_partition fail with this reason (empty: partitions work).
+  void set_partition_failure(std::string reason);
   int64_t events_recorded() const { return events_recorded_.load(); }
 
  private:
+  std::size_t index(int device) const;
+
   const int num_devices_;
   const int multiprocessors_;
   std::atomic<std::intptr_t> next_handle_{1};
   std::atomic<int64_t> events_recorded_{0};
   std::mutex mutex_;
+  std::condition_variable completed_;
   std::vector<MemoryInfo> memory_;
   std::vector<std::optional<double>> utilization_;
+  std::vector<int> partition_sms_;
+  std::string partition_failure_;
+  bool manual_events_ = false;
+  // Each record of an event gets a new generation; the event is done once its latest
+  // generation has completed.
+  struct EventState {
+    uint64_t recorded = 0;
+    uint64_t completed = 0;
+  };
+  std::unordered_map<EventHandle, EventState> events_;
+  std::vector<std::deque<std::pair<EventHandle, uint64_t>>> pending_;
 };
 
 }  // namespace octopus::scheduler

@@ -1,10 +1,13 @@
-// What a StreamScheduler has done: counters per scheduler and per device.
+// What a StreamScheduler has done: counters per scheduler, per class of work and per device.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
+
+#include "octopus/scheduler/config.h"
 
 namespace octopus::scheduler {
 
@@ -12,11 +15,30 @@ struct DeviceStats {
   int device = 0;
   int active_leases = 0;
   int peak_leases = 0;
-  double occupancy_in_use = 0.0;
+  int best_effort_leases = 0;       // held now
+  int latency_critical_leases = 0;  // held now
+  int lease_limit = 0;              // now (adaptive where target_utilization is set)
+  double occupancy_in_use = 0.0;    // of all leases, best-effort ones included
   int64_t granted = 0;
   std::size_t free_bytes = 0;   // the last sample taken (0 before any)
   std::size_t total_bytes = 0;
-  std::optional<double> utilization;  // NVML, where available
+  int partition_sms = 0;        // SMs of the best-effort partition (0: none)
+  std::optional<double> utilization;  // the last NVML sample, where available
+};
+
+// Wait and hold times over the most recent leases of one class (seconds; unset before
+// the first), and what became of its deadlines.
+struct ClassStats {
+  int64_t granted = 0;
+  int64_t released = 0;
+  std::optional<double> wait_p50_s, wait_p99_s, hold_p50_s, hold_p99_s;
+  int64_t deadline_rejected = 0;  // infeasible on arrival and rejected
+  int64_t deadline_expired = 0;   // the deadline passed while it waited
+  int64_t deadline_late = 0;      // granted, but returned after its deadline
+  int64_t deadline_promoted = 0;  // infeasible on arrival and promoted to latency-critical
+  double throttled_s = 0.0;       // time holders spent paused at checkpoints
+  int64_t pauses = 0;
+  int64_t deadline_misses() const { return deadline_rejected + deadline_expired + deadline_late; }
 };
 
 struct SchedulerStats {
@@ -28,6 +50,7 @@ struct SchedulerStats {
   int64_t waiting = 0;     // callers blocked right now
   double total_wait_s = 0.0;
   double max_wait_s = 0.0;
+  std::array<ClassStats, kWorkClasses> classes;  // indexed by WorkClass
   std::vector<DeviceStats> devices;
 };
 

@@ -3,341 +3,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <fstream>
-#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
-#include <variant>
 
-#include "octopus/scheduler/timeline.h"
+#include "octopus/scheduler/in_flight.h"
+#include "octopus/scheduler/scheduler_state.h"
 
 namespace octopus::scheduler {
-namespace detail {
-
-using Clock = std::chrono::steady_clock;
-
-// Events are reused: a release takes one from its device's pool, and the ReleaseEvent
-// gives it back when the last holder lets go.
-class EventPool {
- public:
-  EventPool(std::shared_ptr<DeviceBackend> backend, const std::vector<int>& devices) : backend_(std::move(backend)) {
-    for (const int d : devices) free_[d];
-  }
-  ~EventPool() {
-    for (auto& [device, events] : free_) {
-      for (EventHandle e : events) backend_->destroy_event(device, e);
-    }
-  }
-  EventHandle take(int device) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto& events = free_.at(device);
-      if (!events.empty()) {
-        EventHandle e = events.back();
-        events.pop_back();
-        return e;
-      }
-    }
-    return backend_->create_event(device);
-  }
-  void give_back(int device, EventHandle event) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.at(device).push_back(event);
-  }
-  DeviceBackend& backend() { return *backend_; }
-
- private:
-  std::shared_ptr<DeviceBackend> backend_;
-  std::mutex mutex_;
-  std::unordered_map<int, std::vector<EventHandle>> free_;
-};
-
-// Why a request could not be granted on a device.
-enum class Limit { None, Queue, Leases, Occupancy, Memory };
-
-struct KindModel {
-  std::variant<double, KernelProfile> estimate;
-};
-
-struct StreamSlot {
-  StreamHandle handle = nullptr;
-  bool leased = false;
-  uint64_t last_used = 0;
-  std::shared_ptr<ReleaseEvent> last_release;
-};
-
-struct DeviceState {
-  int device = 0;
-  int multiprocessors = 1;
-  std::vector<StreamSlot> slots;  // [0, n) normal priority, [n, 2n) high priority
-  int active = 0;
-  int peak = 0;
-  double occupancy = 0.0;
-  int64_t granted = 0;
-  std::size_t bytes_held = 0;
-  MemoryInfo memory;
-  Clock::time_point memory_time;
-  bool memory_sampled = false;
-};
-
-struct Waiter {
-  const AcquireRequest* request = nullptr;
-  uint64_t ticket = 0;
-  Clock::time_point requested;
-  std::condition_variable cv;
-  bool granted = false;
-  bool queued = false;  // not granted on arrival
-  LeaseGrant grant;
-  Limit limit = Limit::None;
-  int limit_index = -1;  // the device index `limit` refers to
-};
-
-// The pool's streams are never destroyed (like PyTorch's own stream pool): tensors whose
-// use was recorded on one (record_stream) may be freed after the scheduler is gone, and
-// the caching allocator then records an event on that stream.
-struct State {
-  SchedulerConfig config;
-  std::shared_ptr<DeviceBackend> backend;
-  std::shared_ptr<EventPool> events;
-  Clock::time_point created = Clock::now();
-
-  std::mutex mutex;
-  std::vector<DeviceState> devices;
-  std::vector<int> device_ids;
-  std::vector<Waiter*> waiters;  // by priority (highest first), then arrival
-  uint64_t next_ticket = 0;
-  uint64_t next_lease_id = 1;
-  uint64_t slot_clock = 0;
-  std::unordered_map<std::string, KindModel> kinds;
-  SchedulerStats counters;
-  std::vector<TimelineEntry> timeline;
-
-  double micros(Clock::time_point t) const {
-    return std::chrono::duration<double, std::micro>(t - created).count();
-  }
-
-  std::string device_name(int index) const {
-    return std::string(backend->name()) + ":" + std::to_string(devices[static_cast<std::size_t>(index)].device);
-  }
-
-  int index_of(int device) const {
-    const auto it = std::find(device_ids.begin(), device_ids.end(), device);
-    if (it == device_ids.end()) {
-      std::ostringstream msg;
-      msg << "octopus StreamScheduler: device " << device << " is not one this scheduler uses (devices:";
-      for (const int d : device_ids) msg << " " << d;
-      msg << ")";
-      throw std::invalid_argument(msg.str());
-    }
-    return static_cast<int>(it - device_ids.begin());
-  }
-
-  double occupancy_of(const AcquireRequest& r, const DeviceState& d) const {
-    const auto it = kinds.find(r.kind);
-    if (it == kinds.end()) return config.default_occupancy;
-    if (const double* fixed = std::get_if<double>(&it->second.estimate)) return *fixed;
-    const KernelProfile& k = std::get<KernelProfile>(it->second.estimate);
-    if (r.shape.empty()) return 1.0;  // size unknown: assume it fills the device
-    double numel = 1.0;
-    for (const int64_t extent : r.shape) numel *= static_cast<double>(extent);
-    const double blocks = std::ceil(numel / static_cast<double>(k.elements_per_block));
-    const double resident = static_cast<double>(k.blocks_per_sm) * d.multiprocessors;
-    return std::min(1.0, blocks / resident);
-  }
-
-  bool memory_check_needed(const AcquireRequest& r) const { return config.memory_reserve > 0.0 || r.bytes > 0; }
-
-  const MemoryInfo& sample_memory(DeviceState& d) {
-    const auto now = Clock::now();
-    if (!d.memory_sampled ||
-        std::chrono::duration<double>(now - d.memory_time).count() >= config.memory_poll_interval_s) {
-      d.memory = backend->memory_info(d.device);
-      d.memory_time = now;
-      d.memory_sampled = true;
-    }
-    return d.memory;
-  }
-
-  std::size_t reserve_bytes(const DeviceState& d) const {
-    return static_cast<std::size_t>(config.memory_reserve * static_cast<double>(d.memory.total_bytes));
-  }
-
-  Limit fit(const AcquireRequest& r, DeviceState& d, double* occupancy) {
-    if (d.active >= config.max_leases_per_device) return Limit::Leases;
-    *occupancy = occupancy_of(r, d);
-    if (d.active > 0 && d.occupancy + *occupancy > config.max_occupancy + 1e-9) return Limit::Occupancy;
-    if (memory_check_needed(r)) {
-      const MemoryInfo& m = sample_memory(d);
-      const std::size_t available = m.free_bytes > d.bytes_held ? m.free_bytes - d.bytes_held : 0;
-      if (available < reserve_bytes(d) + r.bytes) return Limit::Memory;
-    }
-    return Limit::None;
-  }
-
-  void grant(Waiter& w, int index, double occupancy) {
-    DeviceState& d = devices[static_cast<std::size_t>(index)];
-    const AcquireRequest& r = *w.request;
-    const int n = config.max_leases_per_device;
-    const int first = r.priority > 0 ? n : 0;
-    int slot = -1;
-    for (int s = first; s < first + n; ++s) {
-      const StreamSlot& candidate = d.slots[static_cast<std::size_t>(s)];
-      if (!candidate.leased && (slot < 0 || candidate.last_used < d.slots[static_cast<std::size_t>(slot)].last_used)) slot = s;
-    }
-    StreamSlot& chosen = d.slots[static_cast<std::size_t>(slot)];  // active < n, so one is free
-    chosen.leased = true;
-    d.active += 1;
-    d.peak = std::max(d.peak, d.active);
-    d.occupancy += occupancy;
-    d.bytes_held += r.bytes;
-    d.granted += 1;
-    const auto now = Clock::now();
-    const double waited = std::chrono::duration<double>(now - w.requested).count();
-    counters.granted += 1;
-    counters.total_wait_s += waited;
-    counters.max_wait_s = std::max(counters.max_wait_s, waited);
-    w.grant = LeaseGrant{next_lease_id++, d.device, chosen.handle, slot, r.priority, occupancy, r.bytes, r.kind,
-                         waited, w.queued, micros(w.requested), micros(now), chosen.last_release};
-    w.granted = true;
-    w.cv.notify_one();
-  }
-
-  // Grants what can be granted, in queue order. A request that cannot be granted blocks
-  // its devices for the requests behind it, so nobody overtakes an earlier request of
-  // the same or a higher priority.
-  void schedule() {
-    std::vector<char> blocked(devices.size(), 0);
-    std::size_t num_blocked = 0;
-    const bool use_utilization = devices.size() > 1;
-    for (Waiter* w : waiters) {
-      if (num_blocked == devices.size()) break;
-      const AcquireRequest& r = *w->request;
-      int best = -1;
-      double best_occupancy = 0.0, best_load = 0.0, best_utilization = 0.0;
-      const int lo = r.device >= 0 ? index_of(r.device) : 0;
-      const int hi = r.device >= 0 ? lo + 1 : static_cast<int>(devices.size());
-      for (int i = lo; i < hi; ++i) {
-        if (blocked[static_cast<std::size_t>(i)]) {
-          w->limit = Limit::Queue;
-          w->limit_index = i;
-          continue;
-        }
-        DeviceState& d = devices[static_cast<std::size_t>(i)];
-        double occupancy = 0.0;
-        const Limit limit = fit(r, d, &occupancy);
-        if (limit != Limit::None) {
-          w->limit = limit;
-          w->limit_index = i;
-          continue;
-        }
-        const double load = static_cast<double>(d.active) / config.max_leases_per_device + d.occupancy;
-        const double utilization = use_utilization ? backend->utilization(d.device).value_or(0.0) : 0.0;
-        if (best < 0 || load < best_load || (load == best_load && utilization < best_utilization)) {
-          best = i;
-          best_occupancy = occupancy;
-          best_load = load;
-          best_utilization = utilization;
-        }
-      }
-      if (best >= 0) {
-        grant(*w, best, best_occupancy);
-      } else {
-        for (int i = lo; i < hi; ++i) {
-          if (!blocked[static_cast<std::size_t>(i)]) {
-            blocked[static_cast<std::size_t>(i)] = 1;
-            ++num_blocked;
-          }
-        }
-      }
-    }
-    waiters.erase(std::remove_if(waiters.begin(), waiters.end(), [](const Waiter* w) { return w->granted; }),
-                  waiters.end());
-  }
-
-  void enqueue(Waiter& w) {
-    w.ticket = next_ticket++;
-    const auto position = std::upper_bound(waiters.begin(), waiters.end(), &w, [](const Waiter* a, const Waiter* b) {
-      return a->request->priority > b->request->priority ||
-             (a->request->priority == b->request->priority && a->ticket < b->ticket);
-    });
-    waiters.insert(position, &w);
-  }
-
-  void dequeue(Waiter& w) { waiters.erase(std::remove(waiters.begin(), waiters.end(), &w), waiters.end()); }
-
-  std::string limit_message(const Waiter& w) const {
-    if (w.limit_index < 0) return "no device was free";
-    const DeviceState& d = devices[static_cast<std::size_t>(w.limit_index)];
-    const std::string where = device_name(w.limit_index);
-    std::ostringstream msg;
-    msg.precision(3);
-    switch (w.limit) {
-      case Limit::Leases:
-        msg << where << " was at its lease limit (" << d.active << " of max_leases_per_device="
-            << config.max_leases_per_device << " leases held)";
-        break;
-      case Limit::Occupancy:
-        msg << where << " was at its occupancy limit (estimated occupancy " << d.occupancy
-            << " in use, this lease needs " << occupancy_of(*w.request, d) << ", max_occupancy=" << config.max_occupancy
-            << ")";
-        break;
-      case Limit::Memory:
-        msg << where << " was below its free-memory reserve (" << d.memory.free_bytes << " bytes free, "
-            << d.bytes_held << " held by leases, reserve " << reserve_bytes(d) << " bytes (memory_reserve="
-            << config.memory_reserve << ") plus this lease's " << w.request->bytes << " bytes)";
-        break;
-      case Limit::Queue:
-      case Limit::None:
-        msg << "it was queued behind earlier or higher-priority requests for " << where;
-        break;
-    }
-    return msg.str();
-  }
-
-  void record(TimelineEntry entry) {
-    if (config.record_timeline && timeline.size() < config.timeline_capacity) timeline.push_back(std::move(entry));
-  }
-};
-
-}  // namespace detail
 
 using detail::Clock;
-
-namespace {
-
-uint64_t this_thread_id() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
-
-void validate(const SchedulerConfig& c) {
-  auto fail = [](const std::string& what) { throw std::invalid_argument("octopus StreamScheduler: " + what); };
-  if (c.max_leases_per_device < 1) fail("max_leases_per_device must be at least 1, got " + std::to_string(c.max_leases_per_device));
-  if (!(c.max_occupancy > 0.0)) fail("max_occupancy must be positive, got " + std::to_string(c.max_occupancy));
-  if (!(c.default_occupancy >= 0.0 && c.default_occupancy <= 1.0)) {
-    fail("default_occupancy must be in [0, 1], got " + std::to_string(c.default_occupancy));
-  }
-  if (!(c.memory_reserve >= 0.0 && c.memory_reserve < 1.0)) {
-    fail("memory_reserve must be a fraction in [0, 1), got " + std::to_string(c.memory_reserve));
-  }
-  if (!(c.memory_poll_interval_s > 0.0)) {
-    fail("memory_poll_interval_s must be positive, got " + std::to_string(c.memory_poll_interval_s));
-  }
-  if (std::isnan(c.timeout_s)) fail("timeout must be a number of seconds (negative waits for ever)");
-}
-
-}  // namespace
-
-ReleaseEvent::ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event)
-    : pool_(std::move(pool)), device_(device), event_(event) {}
-
-ReleaseEvent::~ReleaseEvent() { pool_->give_back(device_, event_); }
-
-bool ReleaseEvent::done() const { return pool_->backend().event_done(device_, event_); }
-
-void ReleaseEvent::synchronize() const { pool_->backend().synchronize_event(device_, event_); }
-
-void ReleaseEvent::wait(StreamHandle stream) const { pool_->backend().stream_wait_event(device_, stream, event_); }
 
 Lease::Lease(std::shared_ptr<detail::State> state, LeaseGrant grant)
     : state_(std::move(state)), grant_(std::move(grant)) {}
@@ -354,6 +30,7 @@ Lease& Lease::operator=(Lease&& other) noexcept {
     other.state_.reset();
     grant_ = std::move(other.grant_);
     release_event_ = std::move(other.release_event_);
+    in_flight_ = std::move(other.in_flight_);
   }
   return *this;
 }
@@ -366,10 +43,32 @@ Lease::~Lease() {
   }
 }
 
+double Lease::checkpoint(double units) {
+  if (!state_) throw std::logic_error("octopus StreamScheduler: checkpoint() on a lease that was returned");
+  if (grant_.work_class != WorkClass::BestEffort) return 0.0;
+  if (!(units >= 0.0)) throw std::invalid_argument("octopus StreamScheduler: checkpoint units must be >= 0");
+  detail::State& s = *state_;
+  std::vector<double> rates;
+  if (s.config.best_effort_in_flight > 0) {
+    if (!in_flight_) in_flight_ = std::make_unique<detail::InFlightWindow>(s.events, grant_.device, grant_.stream);
+    in_flight_->mark();
+    rates = in_flight_->wait_until_at_most(static_cast<std::size_t>(s.config.best_effort_in_flight - 1));
+  }
+  double paused = 0.0;
+  {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.add_rate_samples(grant_.kind, rates);
+    paused = s.pause_if_throttled(grant_, lock);
+  }
+  if (in_flight_) in_flight_->start_slice(units, Clock::now());
+  return paused;
+}
+
 std::shared_ptr<ReleaseEvent> Lease::release() {
   if (!state_) return nullptr;
   std::shared_ptr<detail::State> state = std::move(state_);
   state_.reset();
+  in_flight_.reset();
   std::shared_ptr<ReleaseEvent> event;
   std::exception_ptr failure;
   try {
@@ -387,22 +86,50 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
     slot.leased = false;
     slot.last_used = ++state->slot_clock;
     slot.last_release = event;
+    const std::size_t c = detail::index_of_class(grant_.work_class);
     d.active -= 1;
-    d.occupancy = d.active == 0 ? 0.0 : d.occupancy - grant_.occupancy;  // no drift once idle
+    d.active_by_class[c] -= 1;
+    // No drift once idle.
+    if (grant_.work_class == WorkClass::BestEffort) {
+      d.best_effort_occupancy = d.active_by_class[c] == 0 ? 0.0 : d.best_effort_occupancy - grant_.occupancy;
+    } else {
+      const int others = d.active - d.active_by_class[detail::index_of_class(WorkClass::BestEffort)];
+      d.occupancy = others == 0 ? 0.0 : d.occupancy - grant_.occupancy;
+    }
     d.bytes_held -= grant_.bytes;
+    const auto now = Clock::now();
+    const double released_us = state->micros(now);
+    const double held = (released_us - grant_.granted_us) * 1e-6;
     state->counters.released += 1;
+    ClassStats& stats = state->class_stats(grant_.work_class);
+    stats.released += 1;
+    state->holds[c].add(held);
+    state->kinds[grant_.kind].holds.add(held);
     TimelineEntry entry;
     entry.lease_id = grant_.id;
     entry.kind = grant_.kind;
+    entry.work_class = grant_.work_class;
     entry.device = grant_.device;
     entry.stream_slot = grant_.slot;
     entry.priority = grant_.priority;
-    entry.thread = this_thread_id();
+    entry.thread = detail::this_thread_id();
     entry.queued = grant_.queued;
     entry.requested_us = grant_.requested_us;
     entry.granted_us = grant_.granted_us;
-    entry.released_us = state->micros(Clock::now());
-    state->record(std::move(entry));
+    entry.released_us = released_us;
+    entry.deadline_us = grant_.deadline_us;
+    if (grant_.deadline_us >= 0.0 && released_us > grant_.deadline_us) {
+      stats.deadline_late += 1;
+      TimelineEntry miss = entry;
+      miss.type = TimelineEntry::Type::DeadlineMiss;
+      miss.granted_us = released_us;
+      miss.reason = "late";
+      state->record(std::move(entry));
+      state->record(std::move(miss));
+    } else {
+      state->record(std::move(entry));
+    }
+    if (grant_.work_class == WorkClass::LatencyCritical) state->throttle_changed.notify_all();
     state->schedule();
   }
   if (failure) std::rethrow_exception(failure);
@@ -434,72 +161,119 @@ StreamScheduler::StreamScheduler(SchedulerConfig config, std::shared_ptr<DeviceB
   s.config = std::move(config);
   s.device_ids = s.config.devices;
   s.events = std::make_shared<detail::EventPool>(s.backend, s.device_ids);
+  s.utilization = std::make_unique<detail::UtilizationMonitor>(s.backend, s.device_ids, s.config.utilization_interval_s);
   s.devices.resize(s.device_ids.size());
   const int n = s.config.max_leases_per_device;
+  const int best_effort_first = s.policy.first_slot(WorkClass::BestEffort);
   for (std::size_t i = 0; i < s.device_ids.size(); ++i) {
     detail::DeviceState& d = s.devices[i];
     d.device = s.device_ids[i];
     d.multiprocessors = std::max(1, s.backend->multiprocessor_count(d.device));
-    d.slots.resize(static_cast<std::size_t>(2 * n));
-    for (int k = 0; k < 2 * n; ++k) d.slots[static_cast<std::size_t>(k)].handle = s.backend->create_stream(d.device, k >= n);
+    d.lease_limit = n;
+    if (s.config.reserved_sms > 0) {
+      try {
+        d.partition_sms = s.backend->create_partition(d.device, s.config.reserved_sms);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("octopus StreamScheduler: reserved_sms=" + std::to_string(s.config.reserved_sms) +
+                                 " needs an SM partition on " + s.device_name(static_cast<int>(i)) +
+                                 ", which could not be made: " + e.what());
+      }
+    }
+    d.slots.resize(static_cast<std::size_t>(3 * n));
+    for (int k = 0; k < 3 * n; ++k) {
+      StreamHandle& handle = d.slots[static_cast<std::size_t>(k)].handle;
+      if (k >= best_effort_first && d.partition_sms > 0) {
+        handle = s.backend->create_partition_stream(d.device);
+      } else {
+        handle = s.backend->create_stream(d.device, k >= n && k < best_effort_first);
+      }
+    }
+  }
+  if (s.config.target_utilization) {
+    adapter_ = std::thread([state = state_] {
+      const auto interval = detail::duration_of(state->config.utilization_interval_s);
+      while (true) {
+        {
+          std::unique_lock<std::mutex> lock(state->mutex);
+          if (state->adapter_wake.wait_for(lock, interval, [&] { return state->stopping; })) return;
+        }
+        try {
+          state->utilization->refresh(true);
+          std::lock_guard<std::mutex> lock(state->mutex);
+          state->adapt_limits();
+        } catch (...) {
+          // A failed sample leaves the limits as they are; the next step tries again.
+        }
+      }
+    });
   }
 }
 
-StreamScheduler::~StreamScheduler() = default;
+StreamScheduler::~StreamScheduler() {
+  if (adapter_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stopping = true;
+    }
+    state_->adapter_wake.notify_all();
+    adapter_.join();
+  }
+}
 
 Lease StreamScheduler::acquire(const AcquireRequest& request) {
   detail::State& s = *state_;
   const double timeout = request.timeout_s.value_or(s.config.timeout_s);
   if (std::isnan(timeout)) throw std::invalid_argument("octopus StreamScheduler: timeout must be a number of seconds");
+  if (request.deadline_s && std::isnan(*request.deadline_s)) {
+    throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
+  }
+  if (s.devices.size() > 1) s.utilization->refresh();  // outside the lock: NVML may be slow
   detail::Waiter w;
   w.request = &request;
+  w.work_class = work_class_of(request);
+  w.priority = request.priority;
   w.requested = Clock::now();
+  if (request.deadline_s) w.deadline = w.requested + detail::duration_of(*request.deadline_s);
   const bool forever = timeout < 0.0;
-  const auto deadline = w.requested + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(forever ? 0.0 : timeout));
+  const auto timeout_at = w.requested + detail::duration_of(forever ? 0.0 : timeout);
   std::unique_lock<std::mutex> lock(s.mutex);
-  if (request.device >= 0) s.index_of(request.device);  // a clear error for an unknown device
-  s.enqueue(w);
+  s.device_range(request);  // a clear error for an unknown device
+  s.admit_deadline(w);
+  s.queue.push(w);
   s.schedule();
   if (!w.granted) {
     w.queued = true;
     s.counters.waited += 1;
     s.counters.waiting += 1;
+    if (w.work_class == WorkClass::LatencyCritical) s.count_waiting(w);
     // Free memory changes without a lease coming back, so memory waits poll.
-    const bool poll = s.memory_check_needed(request);
-    const auto poll_step = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(s.config.memory_poll_interval_s));
+    const bool poll = s.policy.memory_check_needed(request);
+    const auto poll_step = detail::duration_of(s.config.memory_poll_interval_s);
     while (!w.granted) {
-      if (forever && !poll) {
-        w.cv.wait(lock);
+      std::optional<Clock::time_point> wake;
+      if (!forever) wake = timeout_at;
+      if (w.deadline) wake = wake ? std::min(*wake, *w.deadline) : *w.deadline;
+      if (poll) wake = wake ? std::min(*wake, Clock::now() + poll_step) : Clock::now() + poll_step;
+      if (wake) {
+        w.cv.wait_until(lock, *wake);
       } else {
-        auto wake = poll ? Clock::now() + poll_step : deadline;
-        if (!forever) wake = std::min(wake, deadline);
-        w.cv.wait_until(lock, wake);
+        w.cv.wait(lock);
       }
       if (w.granted) break;
-      if (!forever && Clock::now() >= deadline) {
-        s.dequeue(w);
-        s.counters.waiting -= 1;
-        s.counters.timeouts += 1;
-        const auto now = Clock::now();
-        const double waited = std::chrono::duration<double>(now - w.requested).count();
-        s.counters.total_wait_s += waited;
-        s.counters.max_wait_s = std::max(s.counters.max_wait_s, waited);
-        TimelineEntry entry;
-        entry.type = TimelineEntry::Type::Timeout;
-        entry.kind = request.kind;
-        entry.device = w.limit_index >= 0 ? s.device_ids[static_cast<std::size_t>(w.limit_index)] : 0;
-        entry.priority = request.priority;
-        entry.thread = this_thread_id();
-        entry.requested_us = s.micros(w.requested);
-        entry.granted_us = s.micros(now);
-        s.record(std::move(entry));
+      const auto now = Clock::now();
+      const bool deadline_passed = w.deadline && now >= *w.deadline;
+      if (deadline_passed || (!forever && now >= timeout_at)) {
+        s.give_up(w, deadline_passed);
         std::ostringstream msg;
         msg.precision(3);
-        msg << "octopus StreamScheduler: acquire(kind='" << request.kind << "', priority=" << request.priority
-            << ") timed out after " << waited << " s (timeout=" << timeout << " s): " << s.limit_message(w);
-        s.schedule();  // this request no longer blocks the ones behind it
+        const double waited = detail::seconds(now - w.requested);
+        if (deadline_passed) {
+          msg << "octopus StreamScheduler: " << s.describe(w) << " missed its deadline after waiting " << waited
+              << " s: " << s.limit_message(w);
+          throw DeadlineMissed(msg.str());
+        }
+        msg << "octopus StreamScheduler: " << s.describe(w) << " timed out after " << waited << " s (timeout=" << timeout
+            << " s): " << s.limit_message(w);
         throw LeaseTimeout(msg.str());
       }
       if (poll) s.schedule();
@@ -511,15 +285,23 @@ Lease StreamScheduler::acquire(const AcquireRequest& request) {
 
 std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request) {
   detail::State& s = *state_;
+  if (request.deadline_s && std::isnan(*request.deadline_s)) {
+    throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
+  }
+  if (s.devices.size() > 1) s.utilization->refresh();
   detail::Waiter w;
   w.request = &request;
+  w.work_class = work_class_of(request);
+  w.priority = request.priority;
   w.requested = Clock::now();
+  if (request.deadline_s) w.deadline = w.requested + detail::duration_of(*request.deadline_s);
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (request.device >= 0) s.index_of(request.device);
-  s.enqueue(w);
+  s.device_range(request);
+  s.admit_deadline(w);
+  s.queue.push(w);
   s.schedule();
   if (!w.granted) {
-    s.dequeue(w);
+    s.queue.remove(w);
     s.counters.rejected += 1;
     s.schedule();
     return std::nullopt;
@@ -533,7 +315,7 @@ void StreamScheduler::register_kind(const std::string& kind, double occupancy) {
                                 "' must be in (0, 1], got " + std::to_string(occupancy));
   }
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->kinds[kind] = detail::KindModel{occupancy};
+  state_->kinds[kind].estimate = occupancy;
 }
 
 void StreamScheduler::register_kernel(const std::string& kind, KernelProfile profile) {
@@ -542,7 +324,7 @@ void StreamScheduler::register_kernel(const std::string& kind, KernelProfile pro
                                 "' needs blocks_per_sm >= 1 and elements_per_block >= 1");
   }
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->kinds[kind] = detail::KindModel{profile};
+  state_->kinds[kind].estimate = profile;
 }
 
 double StreamScheduler::estimate_occupancy(const std::string& kind, const std::vector<int64_t>& shape, int device) const {
@@ -550,7 +332,28 @@ double StreamScheduler::estimate_occupancy(const std::string& kind, const std::v
   AcquireRequest r;
   r.kind = kind;
   r.shape = shape;
-  return state_->occupancy_of(r, state_->devices[static_cast<std::size_t>(state_->index_of(device))]);
+  return state_->policy.occupancy(r, state_->find_kind(kind), state_->devices[static_cast<std::size_t>(state_->index_of(device))]);
+}
+
+std::optional<double> StreamScheduler::seconds_per_unit(const std::string& kind) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const detail::KindModel* k = state_->find_kind(kind);
+  return k ? k->seconds_per_unit : std::nullopt;
+}
+
+void StreamScheduler::set_seconds_per_unit(const std::string& kind, double seconds) {
+  if (!(seconds > 0.0) || std::isinf(seconds)) {
+    throw std::invalid_argument("octopus StreamScheduler: seconds per unit of kind '" + kind +
+                                "' must be positive, got " + std::to_string(seconds));
+  }
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->kinds[kind].seconds_per_unit = seconds;
+}
+
+void StreamScheduler::adapt_concurrency() {
+  state_->utilization->refresh(true);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->adapt_limits();
 }
 
 const SchedulerConfig& StreamScheduler::config() const { return state_->config; }
@@ -562,30 +365,45 @@ const char* StreamScheduler::backend_name() const { return state_->backend->name
 DeviceBackend& StreamScheduler::backend() const { return *state_->backend; }
 
 SchedulerStats StreamScheduler::stats() const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  SchedulerStats out = state_->counters;
-  for (const detail::DeviceState& d : state_->devices) {
+  detail::State& s = *state_;
+  s.utilization->refresh();  // outside the lock
+  std::lock_guard<std::mutex> lock(s.mutex);
+  SchedulerStats out = s.counters;
+  for (int c = 0; c < kWorkClasses; ++c) {
+    ClassStats& cs = out.classes[static_cast<std::size_t>(c)];
+    cs.wait_p50_s = s.waits[static_cast<std::size_t>(c)].quantile(0.5);
+    cs.wait_p99_s = s.waits[static_cast<std::size_t>(c)].quantile(0.99);
+    cs.hold_p50_s = s.holds[static_cast<std::size_t>(c)].quantile(0.5);
+    cs.hold_p99_s = s.holds[static_cast<std::size_t>(c)].quantile(0.99);
+  }
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
+    const detail::DeviceState& d = s.devices[i];
     DeviceStats ds;
     ds.device = d.device;
     ds.active_leases = d.active;
     ds.peak_leases = d.peak;
-    ds.occupancy_in_use = d.occupancy;
+    ds.best_effort_leases = d.active_by_class[detail::index_of_class(WorkClass::BestEffort)];
+    ds.latency_critical_leases = d.active_by_class[detail::index_of_class(WorkClass::LatencyCritical)];
+    ds.lease_limit = d.lease_limit;
+    ds.occupancy_in_use = d.occupancy + d.best_effort_occupancy;
     ds.granted = d.granted;
     ds.free_bytes = d.memory.free_bytes;
     ds.total_bytes = d.memory.total_bytes;
-    ds.utilization = state_->backend->utilization(d.device);
+    ds.partition_sms = d.partition_sms;
+    ds.utilization = s.utilization->value(i);
     out.devices.push_back(ds);
   }
   return out;
 }
 
 std::string StreamScheduler::trace_json() const {
+  const SchedulerStats summary = stats();
   std::vector<TimelineEntry> entries;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     entries = state_->timeline;
   }
-  return chrome_trace_json(entries, state_->backend->name());
+  return chrome_trace_json(entries, state_->backend->name(), summary);
 }
 
 void StreamScheduler::write_trace(const std::string& path) const {

@@ -1,8 +1,11 @@
 // StreamScheduler: callers lease CUDA streams from per-device pools instead of sharing
 // the default stream. A lease is granted while its device has capacity (lease count,
-// estimated occupancy, free-memory reserve); otherwise the caller waits, in priority
-// order and first come first served within a priority, until a lease comes back or its
-// timeout expires. Returning a lease records an event on its stream.
+// estimated occupancy, free-memory reserve); otherwise the caller waits, by class
+// (latency-critical, normal, best-effort), priority, earliest deadline and arrival, until
+// a lease comes back, its timeout expires or its deadline passes. Best-effort holders
+// call checkpoint() between slices of their work: it bounds their work in flight on the
+// device and pauses them while latency-critical work is held or waiting there.
+// Returning a lease records an event on its stream.
 #pragma once
 
 #include <cstdint>
@@ -10,16 +13,19 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "octopus/scheduler/config.h"
 #include "octopus/scheduler/device_backend.h"
+#include "octopus/scheduler/event_pool.h"
+#include "octopus/scheduler/lease_grant.h"
 #include "octopus/scheduler/stats.h"
 
 namespace octopus::scheduler {
 
 namespace detail {
 struct State;
-class EventPool;
+class InFlightWindow;
 }  // namespace detail
 
 // Thrown when an acquire times out; what() names the limit that kept it waiting.
@@ -28,41 +34,12 @@ class LeaseTimeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The event recorded on a lease's stream when it was returned.
-class ReleaseEvent {
+// Thrown when a request's deadline cannot be met: on arrival, by the estimate from its
+// kind's recent hold times (unless infeasible deadlines are promoted), or because it
+// passed while the request waited.
+class DeadlineMissed : public LeaseTimeout {
  public:
-  ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event);
-  ~ReleaseEvent();
-  ReleaseEvent(const ReleaseEvent&) = delete;
-  ReleaseEvent& operator=(const ReleaseEvent&) = delete;
-
-  int device() const { return device_; }
-  bool done() const;
-  void synchronize() const;
-  // Work queued on `stream` after this call starts only once the lease's work is done.
-  void wait(StreamHandle stream) const;
-
- private:
-  std::shared_ptr<detail::EventPool> pool_;
-  int device_;
-  EventHandle event_;
-};
-
-// What the scheduler granted: the stream, where it is, and how the grant came about.
-struct LeaseGrant {
-  uint64_t id = 0;
-  int device = -1;
-  StreamHandle stream = nullptr;
-  int slot = -1;  // index in the device's pool; high-priority streams follow the normal ones
-  int priority = 0;
-  double occupancy = 0.0;
-  std::size_t bytes = 0;
-  std::string kind;
-  double waited_s = 0.0;
-  bool queued = false;  // it was not granted on arrival
-  double requested_us = 0.0;
-  double granted_us = 0.0;
-  std::shared_ptr<ReleaseEvent> previous_release;
+  using LeaseTimeout::LeaseTimeout;
 };
 
 // A leased stream. Move-only; the lease is returned when release() is called or the
@@ -80,9 +57,12 @@ class Lease {
   uint64_t id() const { return grant_.id; }
   int device() const { return grant_.device; }
   StreamHandle stream() const { return grant_.stream; }
-  // The stream's index in its device's pool (high-priority streams follow the normal ones).
+  // The stream's index in its device's pool: normal, then high-priority, then
+  // best-effort streams, max_leases_per_device of each.
   int stream_slot() const { return grant_.slot; }
   int priority() const { return grant_.priority; }
+  WorkClass work_class() const { return grant_.work_class; }
+  bool promoted() const { return grant_.promoted; }
   double occupancy() const { return grant_.occupancy; }
   const std::string& kind() const { return grant_.kind; }
   // Seconds this lease waited before it was granted.
@@ -92,6 +72,15 @@ class Lease {
   // The event the previous lease of this stream recorded when it was returned (null
   // for a stream's first lease). Work on this stream is ordered after it anyway.
   const std::shared_ptr<ReleaseEvent>& previous_release() const { return grant_.previous_release; }
+
+  // Call between slices of best-effort work, before launching the next slice (of `units`
+  // of work, for the kind's measured time per unit). A best-effort holder blocks here
+  // until at most best_effort_in_flight - 1 of its slices are unfinished on the device,
+  // then while the device's latency-critical work throttles it (at most
+  // best_effort_max_pause_s at a time). Returns the seconds it was paused; other classes
+  // return 0 at once. A holder that never calls it is never throttled.
+  double checkpoint(double units = 0.0);
+
   // Records the release event on the stream and returns the stream to the pool.
   // Returns that event; a second call returns null.
   std::shared_ptr<ReleaseEvent> release();
@@ -105,19 +94,23 @@ class Lease {
   std::shared_ptr<detail::State> state_;
   LeaseGrant grant_;
   std::shared_ptr<ReleaseEvent> release_event_;
+  std::unique_ptr<detail::InFlightWindow> in_flight_;  // made at a best-effort lease's first checkpoint
 };
 
 class StreamScheduler {
  public:
+  // Throws std::runtime_error where reserved_sms asks for an SM partition the backend
+  // cannot make (the message says why).
   StreamScheduler(SchedulerConfig config, std::shared_ptr<DeviceBackend> backend);
   ~StreamScheduler();
   StreamScheduler(const StreamScheduler&) = delete;
   StreamScheduler& operator=(const StreamScheduler&) = delete;
 
-  // Blocks until the lease can be granted; throws LeaseTimeout when the timeout expires.
+  // Blocks until the lease can be granted; throws LeaseTimeout when the timeout expires,
+  // DeadlineMissed when the deadline cannot be met.
   Lease acquire(const AcquireRequest& request);
-  // Grants only if that needs no wait (and no earlier caller of the same or a higher
-  // priority is waiting for the device); never blocks.
+  // Grants only if that needs no wait (and no earlier caller served before it is waiting
+  // for the device); never blocks. An infeasible deadline throws DeadlineMissed here too.
   std::optional<Lease> try_acquire(const AcquireRequest& request);
 
   // A fixed occupancy estimate (0..1] per lease of `kind`.
@@ -126,18 +119,28 @@ class StreamScheduler {
   void register_kernel(const std::string& kind, KernelProfile profile);
   // The estimate a lease of `kind` and `shape` would get on `device`.
   double estimate_occupancy(const std::string& kind, const std::vector<int64_t>& shape, int device) const;
+  // Device seconds per unit of `kind`'s sliced work: measured by best-effort checkpoints
+  // (a moving average), or set here from an earlier measurement. Unset before either.
+  std::optional<double> seconds_per_unit(const std::string& kind) const;
+  void set_seconds_per_unit(const std::string& kind, double seconds);
+
+  // One step of adaptive concurrency: samples every device's utilization and moves its
+  // lease limit toward target_utilization. A background thread calls it every
+  // utilization_interval_s where target_utilization is set.
+  void adapt_concurrency();
 
   const SchedulerConfig& config() const;
   const std::vector<int>& devices() const;
   const char* backend_name() const;
   DeviceBackend& backend() const;
   SchedulerStats stats() const;
-  // The recorded acquire/release timeline as Chrome-trace JSON (chrome://tracing, Perfetto).
+  // The recorded timeline as Chrome-trace JSON (chrome://tracing, Perfetto).
   std::string trace_json() const;
   void write_trace(const std::string& path) const;
 
  private:
   std::shared_ptr<detail::State> state_;
+  std::thread adapter_;  // runs adapt_concurrency while target_utilization is set
 };
 
 }  // namespace octopus::scheduler

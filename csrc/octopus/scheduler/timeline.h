@@ -5,13 +5,22 @@
 #include <string>
 #include <vector>
 
+#include "octopus/scheduler/config.h"
+#include "octopus/scheduler/stats.h"
+
 namespace octopus::scheduler {
 
 struct TimelineEntry {
-  enum class Type { Lease, Timeout };
+  enum class Type {
+    Lease,         // requested_us .. granted_us waiting (if queued), granted_us .. released_us held
+    Timeout,       // gave up at granted_us
+    Throttle,      // a best-effort holder paused at a checkpoint from granted_us to released_us
+    DeadlineMiss,  // at granted_us; `reason` says which kind
+  };
   Type type = Type::Lease;
   uint64_t lease_id = 0;
   std::string kind;
+  WorkClass work_class = WorkClass::Normal;
   int device = 0;
   int stream_slot = -1;
   int priority = 0;
@@ -19,12 +28,18 @@ struct TimelineEntry {
   bool queued = false;  // the lease waited before its grant
   // Microseconds since the scheduler was created.
   double requested_us = 0.0;
-  double granted_us = 0.0;   // for a timeout: when it gave up
+  double granted_us = 0.0;
   double released_us = 0.0;
+  double deadline_us = -1.0;  // negative: none
+  const char* reason = "";    // DeadlineMiss: "rejected", "expired" or "late"
 };
 
-// Chrome trace-event JSON: one process per device, one row per stream holding each
-// lease from grant to release, a "waiting" row with each wait, and timeouts as instants.
-std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const std::string& backend);
+// Chrome trace-event JSON: one process per device, one row per stream holding each lease
+// from grant to release (its class, priority and deadline in the arguments), throttled
+// intervals on the holder's row, a "waiting" row with each wait, timeouts and deadline
+// misses as instants; `stats` (per-class percentiles, misses, throttled time) goes under
+// otherData.
+std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const std::string& backend,
+                              const SchedulerStats& stats);
 
 }  // namespace octopus::scheduler

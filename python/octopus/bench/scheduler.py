@@ -11,20 +11,23 @@ K = 1, 2, 4, 8 leased streams; a CUDA graph of the one-stream loop (captured onc
 replayed). Each is timed end to end on the host (all jobs issued, then synchronized),
 median of repeats after warm-up. Also the acquire + release cost of one uncontended lease,
 timed in C++ and from Python.
+
+``--contention`` runs the scheduler's other benchmark instead: a latency-critical job beside
+best-effort work (:mod:`octopus.bench.contention`; also ``octopus-bench contention``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 import torch
 
 import octopus
 
+from . import contention
+from .costs import lease_overhead
 from .report import environment
 from .timing import wall_ms
 
@@ -94,20 +97,6 @@ def _equal(a, b) -> bool:
     return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
 
 
-def lease_overhead(backend: str, iterations: int = 20000) -> dict:
-    """Median cost of one uncontended acquire + release, in microseconds."""
-    sched = octopus.StreamScheduler(4, backend=backend)
-    cpp = statistics.median(sched._impl.time_acquire_release("overhead", 50, max(1, iterations // 50))) / 1e3
-    samples = []
-    for _ in range(50):
-        start = time.perf_counter()
-        for _ in range(max(1, iterations // 50)):
-            with sched.acquire("overhead"):
-                pass
-        samples.append((time.perf_counter() - start) / max(1, iterations // 50) * 1e6)
-    return dict(backend=backend, cpp_us=cpp, python_us=statistics.median(samples))
-
-
 def format_table(rows: list[dict], overhead: list[dict], describe: dict) -> str:
     lines = []
     for name in dict.fromkeys(r["workload"] for r in rows):
@@ -124,6 +113,10 @@ def format_table(rows: list[dict], overhead: list[dict], describe: dict) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--contention" in argv:
+        argv.remove("--contention")
+        return contention.main(argv)
     parser = argparse.ArgumentParser(prog="python -m octopus.bench.scheduler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=["small", "matmul", "sync"],

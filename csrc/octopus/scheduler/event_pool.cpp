@@ -1,0 +1,48 @@
+#include "octopus/scheduler/event_pool.h"
+
+namespace octopus::scheduler {
+namespace detail {
+
+EventPool::EventPool(std::shared_ptr<DeviceBackend> backend, const std::vector<int>& devices)
+    : backend_(std::move(backend)) {
+  for (const int d : devices) free_[d];
+}
+
+EventPool::~EventPool() {
+  for (auto& [device, events] : free_) {
+    for (EventHandle e : events) backend_->destroy_event(device, e);
+  }
+}
+
+EventHandle EventPool::take(int device) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& events = free_.at(device);
+    if (!events.empty()) {
+      EventHandle e = events.back();
+      events.pop_back();
+      return e;
+    }
+  }
+  return backend_->create_event(device);
+}
+
+void EventPool::give_back(int device, EventHandle event) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.at(device).push_back(event);
+}
+
+}  // namespace detail
+
+ReleaseEvent::ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event)
+    : pool_(std::move(pool)), device_(device), event_(event) {}
+
+ReleaseEvent::~ReleaseEvent() { pool_->give_back(device_, event_); }
+
+bool ReleaseEvent::done() const { return pool_->backend().event_done(device_, event_); }
+
+void ReleaseEvent::synchronize() const { pool_->backend().synchronize_event(device_, event_); }
+
+void ReleaseEvent::wait(StreamHandle stream) const { pool_->backend().stream_wait_event(device_, stream, event_); }
+
+}  // namespace octopus::scheduler

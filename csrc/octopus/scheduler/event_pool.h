@@ -1,0 +1,56 @@
+// Events are reused: a lease's release, or a best-effort checkpoint, takes one from its
+// device's pool and gives it back when nobody needs it any more.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "octopus/scheduler/device_backend.h"
+
+namespace octopus::scheduler {
+
+namespace detail {
+
+class EventPool {
+ public:
+  EventPool(std::shared_ptr<DeviceBackend> backend, const std::vector<int>& devices);
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  EventHandle take(int device);
+  void give_back(int device, EventHandle event) noexcept;
+  DeviceBackend& backend() { return *backend_; }
+
+ private:
+  std::shared_ptr<DeviceBackend> backend_;
+  std::mutex mutex_;
+  std::unordered_map<int, std::vector<EventHandle>> free_;
+};
+
+}  // namespace detail
+
+// The event recorded on a lease's stream when it was returned; back to the pool when the
+// last holder lets go.
+class ReleaseEvent {
+ public:
+  ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event);
+  ~ReleaseEvent();
+  ReleaseEvent(const ReleaseEvent&) = delete;
+  ReleaseEvent& operator=(const ReleaseEvent&) = delete;
+
+  int device() const { return device_; }
+  bool done() const;
+  void synchronize() const;
+  // Work queued on `stream` after this call starts only once the lease's work is done.
+  void wait(StreamHandle stream) const;
+
+ private:
+  std::shared_ptr<detail::EventPool> pool_;
+  int device_;
+  EventHandle event_;
+};
+
+}  // namespace octopus::scheduler

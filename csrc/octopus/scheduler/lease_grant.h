@@ -1,0 +1,33 @@
+// What the scheduler granted: the stream, where it is, and how the grant came about.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "octopus/scheduler/config.h"
+#include "octopus/scheduler/event_pool.h"
+
+namespace octopus::scheduler {
+
+struct LeaseGrant {
+  uint64_t id = 0;
+  int device = -1;
+  StreamHandle stream = nullptr;
+  int slot = -1;  // index in the device's pool: normal, then high-priority, then best-effort streams
+  int priority = 0;
+  WorkClass work_class = WorkClass::Normal;
+  bool promoted = false;  // its deadline was infeasible and it was made latency-critical
+  double occupancy = 0.0;
+  std::size_t bytes = 0;
+  std::string kind;
+  double waited_s = 0.0;
+  bool queued = false;  // it was not granted on arrival
+  double requested_us = 0.0;
+  double granted_us = 0.0;
+  double deadline_us = -1.0;  // negative: none
+  std::shared_ptr<ReleaseEvent> previous_release;
+};
+
+}  // namespace octopus::scheduler

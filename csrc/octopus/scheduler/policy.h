@@ -1,0 +1,91 @@
+// Admission policy: what a device has in use, whether a request fits on it, which device
+// a request goes to, when best-effort work must pause, how long a kind's leases are
+// typically held (for deadlines), and how the adaptive lease limit moves.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "octopus/scheduler/config.h"
+#include "octopus/scheduler/device_backend.h"
+#include "octopus/scheduler/event_pool.h"
+#include "octopus/scheduler/sample_window.h"
+#include "octopus/scheduler/wait_queue.h"
+
+namespace octopus::scheduler::detail {
+
+struct StreamSlot {
+  StreamHandle handle = nullptr;
+  bool leased = false;
+  uint64_t last_used = 0;
+  std::shared_ptr<ReleaseEvent> last_release;
+  // While leased: when its kind's leases are typically returned (for deadline estimates).
+  Clock::time_point expected_release;
+};
+
+struct DeviceState {
+  int device = 0;
+  int multiprocessors = 1;
+  int partition_sms = 0;  // best-effort streams run on this many SMs (0: all of them)
+  // [0, n) normal priority, [n, 2n) high priority, [2n, 3n) best-effort
+  std::vector<StreamSlot> slots;
+  int active = 0;
+  int peak = 0;
+  int lease_limit = 0;  // max_leases_per_device, or less where it adapts to utilization
+  std::array<int, kWorkClasses> active_by_class{};
+  double occupancy = 0.0;              // of the leases other than best-effort ones
+  double best_effort_occupancy = 0.0;
+  int64_t granted = 0;
+  std::size_t bytes_held = 0;
+  MemoryInfo memory;
+  Clock::time_point memory_time;
+  bool memory_sampled = false;
+  int latency_critical_waiting = 0;  // latency-critical requests that could go here, waiting
+};
+
+struct KindModel {
+  // Registered estimate: a fixed occupancy or a kernel profile (none: default_occupancy).
+  std::variant<std::monostate, double, KernelProfile> estimate;
+  SampleWindow holds{32};                 // seconds each recent lease was held
+  std::optional<double> seconds_per_unit; // device time per unit of sliced work (moving average)
+};
+using KindTable = std::unordered_map<std::string, KindModel>;
+
+class Policy {
+ public:
+  explicit Policy(const SchedulerConfig& config) : config_(config) {}
+
+  // The first slot of the pool a lease of this class takes its stream from.
+  int first_slot(WorkClass c) const;
+  double occupancy(const AcquireRequest& r, const KindModel* kind, const DeviceState& d) const;
+  int best_effort_limit(const DeviceState& d) const;
+  // Why `w` cannot be granted on `d` now (Limit::None: it can), and the occupancy it
+  // would have there.
+  Limit fit(const Waiter& w, const KindModel* kind, DeviceState& d, DeviceBackend& backend, double* occupancy) const;
+  // How busy a device is, for choosing among those a request fits on.
+  double load(const DeviceState& d) const;
+  // Whether best-effort holders on `d` must pause at their checkpoints now.
+  bool throttled(const DeviceState& d) const;
+  // The median hold time of the kind's recent leases (unset: none seen yet).
+  std::optional<double> typical_hold_s(const KindModel* kind) const;
+  // Seconds until `w` would likely be granted on one of devices [lo, hi): 0 where it fits
+  // now with nobody ahead of it, else until the first lease there is typically returned
+  // plus the typical holds of the waiters ahead shared over the lease limit.
+  double expected_wait_s(const Waiter& w, std::vector<DeviceState>& devices, int lo, int hi, const WaitQueue& queue,
+                         const KindTable& kinds, Clock::time_point now, DeviceBackend& backend) const;
+  // One step of the adaptive lease limit for a utilization reading.
+  int adapted_lease_limit(int limit, std::optional<double> utilization) const;
+  bool memory_check_needed(const AcquireRequest& r) const { return config_.memory_reserve > 0.0 || r.bytes > 0; }
+  std::size_t reserve_bytes(const DeviceState& d) const;
+  const MemoryInfo& sample_memory(DeviceState& d, DeviceBackend& backend) const;
+
+ private:
+  const SchedulerConfig& config_;
+};
+
+}  // namespace octopus::scheduler::detail

@@ -1,0 +1,46 @@
+// The most recent samples of a quantity (wait or hold times), for percentiles and medians
+// that follow the present rather than the whole history.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace octopus::scheduler::detail {
+
+class SampleWindow {
+ public:
+  explicit SampleWindow(std::size_t capacity) : capacity_(capacity) { samples_.reserve(capacity); }
+
+  void add(double value) {
+    if (samples_.size() < capacity_) {
+      samples_.push_back(value);
+    } else {
+      samples_[next_] = value;
+    }
+    next_ = (next_ + 1) % capacity_;
+    ++count_;
+  }
+
+  // The q-quantile (0..1, nearest rank) of the samples kept; nullopt before the first.
+  std::optional<double> quantile(double q) const {
+    if (samples_.empty()) return std::nullopt;
+    std::vector<double> sorted = samples_;
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
+    const std::size_t k = std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1);
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
+    return sorted[k];
+  }
+
+  std::size_t count() const { return count_; }  // every sample ever added
+
+ private:
+  std::size_t capacity_;
+  std::vector<double> samples_;
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+};
+
+}  // namespace octopus::scheduler::detail

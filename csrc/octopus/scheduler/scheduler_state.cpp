@@ -1,0 +1,324 @@
+#include "octopus/scheduler/scheduler_state.h"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "octopus/scheduler/stream_scheduler.h"
+
+namespace octopus::scheduler::detail {
+
+// Weight of a new measurement in a kind's seconds per unit.
+constexpr double kRateWeight = 0.25;
+
+uint64_t this_thread_id() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+Clock::duration duration_of(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string State::device_name(int index) const {
+  return std::string(backend->name()) + ":" + std::to_string(devices[static_cast<std::size_t>(index)].device);
+}
+
+int State::index_of(int device) const {
+  const auto it = std::find(device_ids.begin(), device_ids.end(), device);
+  if (it == device_ids.end()) {
+    std::ostringstream msg;
+    msg << "octopus StreamScheduler: device " << device << " is not one this scheduler uses (devices:";
+    for (const int d : device_ids) msg << " " << d;
+    msg << ")";
+    throw std::invalid_argument(msg.str());
+  }
+  return static_cast<int>(it - device_ids.begin());
+}
+
+std::pair<int, int> State::device_range(const AcquireRequest& r) const {
+  if (r.device < 0) return {0, static_cast<int>(devices.size())};
+  const int i = index_of(r.device);
+  return {i, i + 1};
+}
+
+const KindModel* State::find_kind(const std::string& kind) const {
+  const auto it = kinds.find(kind);
+  return it == kinds.end() ? nullptr : &it->second;
+}
+
+void State::count_waiting(Waiter& w) {
+  const auto [lo, hi] = device_range(*w.request);
+  for (int i = lo; i < hi; ++i) devices[static_cast<std::size_t>(i)].latency_critical_waiting += 1;
+  w.counted_waiting = true;
+}
+
+void State::uncount_waiting(Waiter& w) {
+  if (!w.counted_waiting) return;
+  w.counted_waiting = false;
+  const auto [lo, hi] = device_range(*w.request);
+  for (int i = lo; i < hi; ++i) devices[static_cast<std::size_t>(i)].latency_critical_waiting -= 1;
+  throttle_changed.notify_all();
+}
+
+void State::grant(Waiter& w, int index, double occupancy) {
+  DeviceState& d = devices[static_cast<std::size_t>(index)];
+  const AcquireRequest& r = *w.request;
+  const int first = policy.first_slot(w.work_class);
+  int slot = -1;
+  for (int s = first; s < first + config.max_leases_per_device; ++s) {
+    const StreamSlot& candidate = d.slots[static_cast<std::size_t>(s)];
+    if (!candidate.leased && (slot < 0 || candidate.last_used < d.slots[static_cast<std::size_t>(slot)].last_used)) slot = s;
+  }
+  // The lease limit is at most the pool size per class, so a slot of the class is free.
+  StreamSlot& chosen = d.slots[static_cast<std::size_t>(slot)];
+  const auto now = Clock::now();
+  chosen.leased = true;
+  chosen.expected_release = now + duration_of(policy.typical_hold_s(find_kind(r.kind)).value_or(0.0));
+  d.active += 1;
+  d.peak = std::max(d.peak, d.active);
+  d.active_by_class[index_of_class(w.work_class)] += 1;
+  (w.work_class == WorkClass::BestEffort ? d.best_effort_occupancy : d.occupancy) += occupancy;
+  d.bytes_held += r.bytes;
+  d.granted += 1;
+  const double waited = seconds(now - w.requested);
+  counters.granted += 1;
+  counters.total_wait_s += waited;
+  counters.max_wait_s = std::max(counters.max_wait_s, waited);
+  class_stats(w.work_class).granted += 1;
+  waits[index_of_class(w.work_class)].add(waited);
+  uncount_waiting(w);
+  LeaseGrant& g = w.grant;
+  g.id = next_lease_id++;
+  g.device = d.device;
+  g.stream = chosen.handle;
+  g.slot = slot;
+  g.priority = w.priority;
+  g.work_class = w.work_class;
+  g.promoted = w.promoted;
+  g.occupancy = occupancy;
+  g.bytes = r.bytes;
+  g.kind = r.kind;
+  g.waited_s = waited;
+  g.queued = w.queued;
+  g.requested_us = micros(w.requested);
+  g.granted_us = micros(now);
+  g.deadline_us = w.deadline ? micros(*w.deadline) : -1.0;
+  g.previous_release = chosen.last_release;
+  w.granted = true;
+  w.cv.notify_one();
+}
+
+void State::schedule() {
+  std::vector<char> blocked(devices.size(), 0);
+  std::size_t num_blocked = 0;
+  const bool use_utilization = devices.size() > 1;
+  for (Waiter* w : queue.waiters()) {
+    if (num_blocked == devices.size()) break;
+    const auto [lo, hi] = device_range(*w->request);
+    const KindModel* kind = find_kind(w->request->kind);
+    int best = -1;
+    double best_occupancy = 0.0, best_load = 0.0, best_utilization = 0.0;
+    for (int i = lo; i < hi; ++i) {
+      if (blocked[static_cast<std::size_t>(i)]) {
+        w->limit = Limit::Queue;
+        w->limit_index = i;
+        continue;
+      }
+      DeviceState& d = devices[static_cast<std::size_t>(i)];
+      double occupancy = 0.0;
+      const Limit limit = policy.fit(*w, kind, d, *backend, &occupancy);
+      if (limit != Limit::None) {
+        w->limit = limit;
+        w->limit_index = i;
+        continue;
+      }
+      const double load = policy.load(d);
+      const double busy = use_utilization ? utilization->value(static_cast<std::size_t>(i)).value_or(0.0) : 0.0;
+      if (best < 0 || load < best_load || (load == best_load && busy < best_utilization)) {
+        best = i;
+        best_occupancy = occupancy;
+        best_load = load;
+        best_utilization = busy;
+      }
+    }
+    if (best >= 0) {
+      grant(*w, best, best_occupancy);
+    } else {
+      for (int i = lo; i < hi; ++i) {
+        if (!blocked[static_cast<std::size_t>(i)]) {
+          blocked[static_cast<std::size_t>(i)] = 1;
+          ++num_blocked;
+        }
+      }
+    }
+  }
+  queue.remove_granted();
+}
+
+std::string State::describe(const Waiter& w) const {
+  std::ostringstream msg;
+  msg.precision(3);
+  msg << "acquire(kind='" << w.request->kind << "', priority=" << w.request->priority;
+  if (w.request->best_effort) msg << ", best_effort=true";
+  if (w.request->deadline_s) msg << ", deadline=" << *w.request->deadline_s << " s";
+  msg << ")";
+  return msg.str();
+}
+
+std::string State::limit_message(const Waiter& w) const {
+  if (w.limit_index < 0) return "no device was free";
+  const DeviceState& d = devices[static_cast<std::size_t>(w.limit_index)];
+  const std::string where = device_name(w.limit_index);
+  std::ostringstream msg;
+  msg.precision(3);
+  switch (w.limit) {
+    case Limit::Leases:
+      msg << where << " was at its lease limit (" << d.active << " of " << d.lease_limit << " leases held; max_leases_per_device="
+          << config.max_leases_per_device << ")";
+      break;
+    case Limit::BestEffortLeases:
+      msg << where << " was at its best-effort lease limit (" << d.active_by_class[index_of_class(WorkClass::BestEffort)]
+          << " of " << policy.best_effort_limit(d) << " best-effort leases held)";
+      break;
+    case Limit::Occupancy:
+      msg << where << " was at its occupancy limit (estimated occupancy "
+          << (w.work_class == WorkClass::BestEffort ? d.occupancy + d.best_effort_occupancy : d.occupancy)
+          << " in use, this lease needs " << policy.occupancy(*w.request, find_kind(w.request->kind), d)
+          << ", max_occupancy=" << config.max_occupancy << ")";
+      break;
+    case Limit::Memory:
+      msg << where << " was below its free-memory reserve (" << d.memory.free_bytes << " bytes free, "
+          << d.bytes_held << " held by leases, reserve " << policy.reserve_bytes(d) << " bytes (memory_reserve="
+          << config.memory_reserve << ") plus this lease's " << w.request->bytes << " bytes)";
+      break;
+    case Limit::Queue:
+    case Limit::None:
+      msg << "it was queued behind requests served before it on " << where;
+      break;
+  }
+  return msg.str();
+}
+
+void State::record(TimelineEntry entry) {
+  if (config.record_timeline && timeline.size() < config.timeline_capacity) timeline.push_back(std::move(entry));
+}
+
+void State::record_deadline_miss(const Waiter& w, const char* reason, Clock::time_point now) {
+  TimelineEntry entry;
+  entry.type = TimelineEntry::Type::DeadlineMiss;
+  entry.kind = w.request->kind;
+  entry.work_class = w.work_class;
+  entry.device = w.limit_index >= 0 ? device_ids[static_cast<std::size_t>(w.limit_index)]
+                                    : (w.request->device >= 0 ? w.request->device : device_ids.front());
+  entry.priority = w.priority;
+  entry.thread = this_thread_id();
+  entry.requested_us = micros(w.requested);
+  entry.granted_us = micros(now);
+  entry.deadline_us = w.deadline ? micros(*w.deadline) : -1.0;
+  entry.reason = reason;
+  record(std::move(entry));
+}
+
+void State::admit_deadline(Waiter& w) {
+  if (!w.deadline) return;
+  const auto now = Clock::now();
+  const auto [lo, hi] = device_range(*w.request);
+  const KindModel* kind = find_kind(w.request->kind);
+  const std::optional<double> hold = policy.typical_hold_s(kind);
+  const double wait = policy.expected_wait_s(w, devices, lo, hi, queue, kinds, now, *backend);
+  const double slack = seconds(*w.deadline - now);
+  if (wait + hold.value_or(0.0) <= slack) return;
+  ClassStats& stats = class_stats(w.work_class);
+  if (config.infeasible_deadline == InfeasibleDeadline::Promote) {
+    stats.deadline_promoted += 1;
+    w.promoted = true;
+    w.work_class = WorkClass::LatencyCritical;
+    w.priority = std::max(w.priority, 1);
+    return;
+  }
+  stats.deadline_rejected += 1;
+  record_deadline_miss(w, "rejected", now);
+  std::ostringstream msg;
+  msg.precision(3);
+  msg << "octopus StreamScheduler: " << describe(w) << " cannot meet its deadline: expected wait " << wait
+      << " s + typical hold " << hold.value_or(0.0) << " s of kind '" << w.request->kind << "' (median of its last "
+      << std::min<std::size_t>(kind ? kind->holds.count() : 0, 32) << " leases) > " << slack
+      << " s left (infeasible_deadline=\"reject\"; \"promote\" makes such requests latency-critical instead)";
+  throw DeadlineMissed(msg.str());
+}
+
+void State::give_up(Waiter& w, bool deadline_passed) {
+  queue.remove(w);
+  uncount_waiting(w);
+  counters.waiting -= 1;
+  const auto now = Clock::now();
+  const double waited = seconds(now - w.requested);
+  counters.total_wait_s += waited;
+  counters.max_wait_s = std::max(counters.max_wait_s, waited);
+  if (deadline_passed) {
+    class_stats(w.work_class).deadline_expired += 1;
+    record_deadline_miss(w, "expired", now);
+  } else {
+    counters.timeouts += 1;
+    TimelineEntry entry;
+    entry.type = TimelineEntry::Type::Timeout;
+    entry.kind = w.request->kind;
+    entry.work_class = w.work_class;
+    entry.device = w.limit_index >= 0 ? device_ids[static_cast<std::size_t>(w.limit_index)] : device_ids.front();
+    entry.priority = w.priority;
+    entry.thread = this_thread_id();
+    entry.requested_us = micros(w.requested);
+    entry.granted_us = micros(now);
+    record(std::move(entry));
+  }
+  schedule();  // this request no longer blocks the ones behind it
+}
+
+void State::add_rate_samples(const std::string& kind, const std::vector<double>& samples) {
+  if (samples.empty()) return;
+  std::optional<double>& rate = kinds[kind].seconds_per_unit;
+  for (const double s : samples) rate = rate ? (1.0 - kRateWeight) * *rate + kRateWeight * s : s;
+}
+
+double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock) {
+  DeviceState& d = devices[static_cast<std::size_t>(index_of(g.device))];
+  if (!policy.throttled(d)) return 0.0;
+  const auto start = Clock::now();
+  const bool bounded = config.best_effort_max_pause_s >= 0.0;
+  const auto give_up_at = start + duration_of(bounded ? config.best_effort_max_pause_s : 0.0);
+  while (policy.throttled(d)) {
+    if (!bounded) {
+      throttle_changed.wait(lock);
+    } else if (throttle_changed.wait_until(lock, give_up_at) == std::cv_status::timeout) {
+      break;
+    }
+  }
+  const auto end = Clock::now();
+  const double paused = seconds(end - start);
+  ClassStats& stats = class_stats(WorkClass::BestEffort);
+  stats.pauses += 1;
+  stats.throttled_s += paused;
+  TimelineEntry entry;
+  entry.type = TimelineEntry::Type::Throttle;
+  entry.lease_id = g.id;
+  entry.kind = g.kind;
+  entry.work_class = g.work_class;
+  entry.device = g.device;
+  entry.stream_slot = g.slot;
+  entry.priority = g.priority;
+  entry.thread = this_thread_id();
+  entry.granted_us = micros(start);
+  entry.released_us = micros(end);
+  record(std::move(entry));
+  return paused;
+}
+
+void State::adapt_limits() {
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    devices[i].lease_limit = policy.adapted_lease_limit(devices[i].lease_limit, utilization->value(i));
+  }
+  schedule();
+}
+
+}  // namespace octopus::scheduler::detail

@@ -1,0 +1,90 @@
+"""Cutting long work into slices: ranges of a count (rows of a matrix, steps of a loop) or
+item ranges of a :class:`RaggedBatch` with a bounded number of elements (views, no copies).
+
+Slice sizes are fixed, or chosen from a latency budget and the kind's measured device time
+per unit (:meth:`StreamScheduler.seconds_per_unit`), re-read before every slice so that
+they follow the measurement as it comes in.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Callable, Iterator, Optional, Tuple
+
+import torch
+
+from .ragged import RaggedBatch
+
+# With a budget but no measurement yet, the first slices take this fraction of the work.
+_PROBE_FRACTION = 1 / 64
+
+
+def whole_number(value, name: str, minimum: int = 0) -> int:
+    """``value`` as an int of at least ``minimum``; a clear error naming ``name`` otherwise."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+class SliceSizer:
+    """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds at
+    the measured ``seconds_per_unit()`` (a small probe of the work while none is measured),
+    or everything where neither is given."""
+
+    def __init__(self, size: Optional[int], budget: Optional[float], seconds_per_unit: Callable[[], Optional[float]],
+                 total: int):
+        if size is not None and budget is not None:
+            raise ValueError("give a slice size or a latency budget, not both")
+        self._size = None if size is None else whole_number(size, "size", 1)
+        if budget is not None:
+            budget = float(budget)
+            if not budget > 0 or math.isinf(budget):
+                raise ValueError(f"budget must be a positive number of seconds, got {budget}")
+        self._budget = budget
+        self._seconds_per_unit = seconds_per_unit
+        self._probe = max(1, int(total * _PROBE_FRACTION))
+
+    def next(self) -> Optional[int]:
+        """Units for the next slice (None: all that is left)."""
+        if self._size is not None:
+            return self._size
+        if self._budget is None:
+            return None
+        rate = self._seconds_per_unit()
+        if rate is None:
+            return self._probe
+        return max(1, int(self._budget / rate))
+
+
+def count_slices(total: int, sizer: SliceSizer) -> Iterator[slice]:
+    """``slice(start, stop)`` covering ``range(total)`` in order, each as big as ``sizer`` says."""
+    start = 0
+    while start < total:
+        size = sizer.next()
+        stop = total if size is None else min(total, start + size)
+        yield slice(start, stop)
+        start = stop
+
+
+def item_ranges(batch: RaggedBatch, sizer: SliceSizer) -> Iterator[Tuple[int, int, int]]:
+    """``(start, stop, elements)`` item ranges of ``batch`` in order, each of at most the
+    elements ``sizer`` says (an item larger than that is a range of its own)."""
+    offsets = batch.host_layout()[0]
+    m = len(batch)
+    start = 0
+    while start < m:
+        limit = sizer.next()
+        begin = int(offsets[start])
+        if limit is None:
+            stop = m
+        else:
+            # The last item boundary within `limit` elements of `begin`, at least one item on.
+            stop = int(torch.searchsorted(offsets, torch.tensor(begin + limit), right=True)) - 1
+            stop = min(m, max(stop, start + 1))
+        yield start, stop, int(offsets[stop]) - begin
+        start = stop
