@@ -2,7 +2,8 @@
 # On a machine with a CUDA GPU and torch installed: build octopus, run the whole test
 # suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
 # the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
-# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all").
+# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all";
+# also "distributed": ragged exchanges across the machine's GPUs, two or more).
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
 # (diffusers for the parity tests, hypothesis for the property tests) can be put in .whl/.
@@ -38,6 +39,7 @@ for bench in $benches; do
                  --json "$out/diffusion_${gpu}_${day}.json" ;;
     all) python3 -m octopus.bench --all --no-progress \
            --out "$out/all_${gpu}_${day}" --json "$out/all_${gpu}_${day}.json" ;;
+    distributed) python3 -m octopus.bench distributed --json "$out/distributed_${gpu}_${day}.json" ;;
     *) echo "unknown benchmark $bench"; false ;;
   esac 2>&1 | tee -a "$out/bench.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

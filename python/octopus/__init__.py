@@ -18,6 +18,7 @@ from .stats import ItemStats, item_stats, normalize
 from .tiles import TileFilter, tile_filter
 from .scheduler import DeadlineMissed, Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
 from .batcher import Batcher
+from . import distributed  # noqa: F401  (octopus.distributed: across GPUs and hosts)
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 
 __version__ = "0.1.0"

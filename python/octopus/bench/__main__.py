@@ -8,6 +8,7 @@ normalization), ``padding`` (ragged -> padded -> ragged), each over item-size di
 ``crop_resize`` (1000 long-tail crops of a 1080p frame to 224x224), ``stencil`` (3x3 blur
 of 100K small and 10K normal images), ``tiles`` (tile filtering of an 8192x8192 image) and
 ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
+``octopus-bench distributed`` (its own options) measures ragged exchanges across processes.
 On a machine without a GPU the CPU kernels run on batches 1000x smaller.
 
 ``octopus-bench contention [options]`` runs the stream scheduler's benchmark instead: a
@@ -163,6 +164,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["contention"]:
         return contention.main(argv[1:])
+    if argv[:1] == ["distributed"]:  # its own options: octopus-bench distributed --help
+        from . import distributed
+        return distributed.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     file_sizes = _resolve_arguments(parser, args)
