@@ -2,7 +2,8 @@
 # On a machine with a CUDA GPU and torch installed: build octopus, run the whole test
 # suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
 # the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
-# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all").
+# benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all";
+# "serving" is the diffusion serving benchmark, about 3 minutes more).
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
 # (diffusers for the parity tests, hypothesis for the property tests) can be put in .whl/.
@@ -33,6 +34,7 @@ for bench in $benches; do
     affine) python3 -m octopus.bench affine --no-progress --out "$out/affine_${gpu}_${day}" \
               --json "$out/affine_${gpu}_${day}.json" ;;
     scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
+    serving) python3 -m octopus.bench.serving --out "$out/serving_${gpu}_${day}" ;;
     diffusion) python3 -m octopus.bench diffusion --repeats 50 --no-progress --out "$out/diffusion_${gpu}_${day}" \
                  --json "$out/diffusion_${gpu}_${day}.json" ;;
     all) python3 -m octopus.bench --all --no-progress \

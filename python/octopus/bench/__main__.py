@@ -9,6 +9,9 @@ normalization), ``padding`` (ragged -> padded -> ragged), each over item-size di
 of 100K small and 10K normal images), ``tiles`` (tile filtering of an 8192x8192 image) and
 ``diffusion`` (one per-sample sampler step on 4x128x128 images and 16-frame videos).
 On a machine without a GPU the CPU kernels run on batches 1000x smaller.
+
+``octopus-bench serving [options]`` runs the diffusion serving benchmark instead
+(``python -m octopus.bench.serving``; its own options: ``octopus-bench serving --help``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 
 import octopus
 
-from . import affine, diffusion, filters, image_ops
+from . import affine, diffusion, filters, image_ops, serving
 from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sample_sizes
 from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
@@ -157,6 +160,9 @@ def _affine_rows(sizes, dist, args, measurer, copy_gbs, scale_down, blocks, base
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serving"]:
+        return serving.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     file_sizes = _resolve_arguments(parser, args)
