@@ -3,7 +3,9 @@
 # suite (pytest with the CUDA tests, and the GoogleTest suite with its CUDA tests), then
 # the benchmarks. Logs and the benchmarks' JSON go to the directory given (default:
 # benchmarks/results). BENCHES selects benchmarks (default: "affine scheduler diffusion all";
-# also "distributed": ragged exchanges across the machine's GPUs, two or more).
+# also "distributed": ragged exchanges across the machine's GPUs, two or more; "contention":
+# the scheduler's latency-critical/best-effort benchmark; "serving": the diffusion serving
+# benchmark, about 3 minutes more).
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
 # (diffusers for the parity tests, hypothesis for the property tests) can be put in .whl/.
@@ -35,6 +37,7 @@ for bench in $benches; do
               --json "$out/affine_${gpu}_${day}.json" ;;
     scheduler) python3 -m octopus.bench.scheduler --json "$out/scheduler_${gpu}_${day}.json" ;;
     contention) python3 -m octopus.bench contention --json "$out/contention_${gpu}_${day}.json" ;;
+    serving) python3 -m octopus.bench.serving --out "$out/serving_${gpu}_${day}" ;;
     diffusion) python3 -m octopus.bench diffusion --repeats 50 --no-progress --out "$out/diffusion_${gpu}_${day}" \
                  --json "$out/diffusion_${gpu}_${day}.json" ;;
     all) python3 -m octopus.bench --all --no-progress \

@@ -1,14 +1,17 @@
 // The Python extension module. Importing it registers the torch ops (their static
-// registrations run when the library loads), reports how it was built, and binds the
-// StreamScheduler (python/octopus/scheduler.py wraps it into the public class).
+// registrations run when the library loads), reports how it was built, exports the names
+// behind sampler_step's codes, and binds the StreamScheduler (python/octopus/scheduler.py
+// wraps it into the public class).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "octopus/core/kernel_profiles.h"
+#include "octopus/ops/sampler_step_layout.h"
 #include "octopus/scheduler/overhead.h"
 #include "octopus/scheduler/simulated_backend.h"
 #include "octopus/scheduler/stream_scheduler.h"
@@ -55,6 +58,12 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
 }
 
 py::object optional_number(const std::optional<double>& value) { return value ? py::cast(*value) : py::none(); }
+template <std::size_t N>
+py::tuple names(const char* const (&list)[N]) {
+  py::tuple out(N);
+  for (std::size_t i = 0; i < N; ++i) out[i] = py::str(list[i]);
+  return out;
+}
 
 py::dict stats_dict(const sched::SchedulerStats& s) {
   py::dict out;
@@ -243,4 +252,11 @@ PYBIND11_MODULE(_C, m) {
   m.attr("built_with_cuda") = false;
 #endif
   bind_scheduler(m);
+  // The one definition of sampler_step's codes: python/octopus/diffusion/rows.py reads it.
+  py::dict layout;
+  layout["kinds"] = names(octopus::kSamplerKindNames);
+  layout["predictions"] = names(octopus::kPredictionNames);
+  layout["row_info"] = names(octopus::RowInfo::kNames);
+  layout["row_scalars"] = names(octopus::RowScalars::kNames);
+  m.attr("sampler_step_layout") = layout;
 }

@@ -71,9 +71,8 @@ torch.library.register_autograd("octopus::affine", _affine_backward, setup_conte
 
 
 @torch.library.register_fake("octopus::sampler_step")
-def _sampler_step_fake(model_output, sample, offsets, timesteps, schedule, table, row_info, kind, prediction,
-                       final_alpha_cumprod=1.0, eta=0.0, clip_range=0.0, use_clipped_model_output=False, noise=None,
-                       history=None, history2=None, last_sample=None, return_x0=False, strategy="block_search",
+def _sampler_step_fake(model_output, sample, offsets, timesteps, schedules, tables, row_info, row_scalars,
+                       sample_rows=None, noise=None, state=None, return_x0=False, strategy="block_search",
                        metadata=None):
     torch._check(model_output.shape == sample.shape, lambda: "model_output must have the sample's shape")
     torch._check(timesteps.shape[0] == offsets.shape[0] - 1, lambda: "timesteps must have one entry per sample")

@@ -168,14 +168,10 @@ def test_opcheck(device, name):
     m = torch.randn_like(x)
     offsets = torch.arange(4, device=device) * 32
     t = timesteps[:3].double().to(device)
-    state = [torch.randn(96, device=device) for _ in range(3)]
-    args = (m.reshape(-1), x.reshape(-1), offsets, t, sched._schedule, sched._table, sched._row_info, sched._kind,
-            sched._prediction_code())
+    args = (m.reshape(-1), x.reshape(-1), offsets, t, *sched._tables)
     kwargs = dict(return_x0=True)
-    if sched._kind >= 3:
-        kwargs["history"] = state[0]
-    if sched._kind == 4:
-        kwargs.update(history2=state[1], last_sample=state[2])
+    if sched._rows[0].state_rows:
+        kwargs["state"] = torch.randn(sched._rows[0].state_rows, 96, device=device)
     torch.library.opcheck(torch.ops.octopus.sampler_step.default, args, kwargs)
 
 
@@ -259,3 +255,119 @@ def test_scale_model_input_uses_each_samples_sigma():
     batch = octopus.RaggedBatch.from_tensors([torch.randn(4, 3, 3), torch.randn(4, 2, 5)])
     for got, x, s in zip(sched.scale_model_input(batch, t).unbind(), batch.unbind(), sigma.tolist()):
         torch.testing.assert_close(got, x / (s * s + 1) ** 0.5)
+
+
+def _mixed_rows():
+    """Rows of every fused sampler (several configurations, DDIM with eta) for one launch."""
+    return [od.DDIMScheduler().sampler_row(10), od.DDIMScheduler(clip_sample=False).sampler_row(7, eta=0.8),
+            od.DDIMScheduler(prediction_type="v_prediction").sampler_row(6, use_clipped_model_output=True),
+            od.EulerDiscreteScheduler(prediction_type="sample").sampler_row(12),
+            od.FlowMatchEulerDiscreteScheduler(shift=2.0).sampler_row(5),
+            od.DPMSolverMultistepScheduler().sampler_row(9),
+            od.DPMSolverMultistepScheduler(prediction_type="v_prediction").sampler_row(20),
+            od.UniPCMultistepScheduler().sampler_row(8),
+            od.UniPCMultistepScheduler(prediction_type="sample", lower_order_final=False).sampler_row(30)]
+
+
+def _launch(m, x, offsets, t, rows, sample_rows, noise, state, device):
+    tables = od.rows.RowTables.build(rows, device)
+    sample_rows = None if sample_rows is None else torch.tensor(sample_rows, device=device)
+    return od.rows.fused_step(m, x, offsets, t.to(device), tables, sample_rows=sample_rows, noise=noise, state=state,
+                              return_x0=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_one_launch_of_mixed_samplers_equals_each_sampler_alone(device, dtype):
+    rows = _mixed_rows()
+    g = torch.Generator().manual_seed(4)
+    # Samples (ragged, one empty) in shuffled rows; two share a row; rows[-1] is used by none.
+    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1]
+    sizes = [4 * int(torch.randint(0, 30, (1,), generator=g)) for _ in sample_rows]
+    sizes[4] = 0
+    offsets = torch.tensor([0] + sizes).cumsum(0).to(device)
+    n = int(offsets[-1])
+    state = od.rows.state_tensor(3, n, torch.empty(0, dtype=dtype, device=device))
+    state.copy_(torch.randn(3, n, generator=g, dtype=torch.float64).to(dtype))
+    for step in range(3):  # consecutive steps: the multistep state carries over
+        x, m, z = (torch.randn(n, generator=g, dtype=torch.float64).to(device, dtype) for _ in range(3))
+        t = torch.tensor([rows[r].timesteps[min(step + i % 3, rows[r].num_steps - 1)] for i, r in
+                          enumerate(sample_rows)], dtype=torch.float64)
+        t[2] = -1.0  # a sample that rides along
+        expected_state = state.clone()
+        got = _launch(m, x, offsets, t, rows, sample_rows, z, state, device)
+        for i, r in enumerate(sample_rows):
+            a, b = int(offsets[i]), int(offsets[i + 1])
+            alone = expected_state[:, a:b].clone()
+            one = _launch(m[a:b], x[a:b], torch.tensor([0, b - a], device=device), t[i:i + 1], [rows[r]], None,
+                          z[a:b], alone[:rows[r].state_rows or 1] if rows[r].state_rows else None, device)
+            for k in range(2):
+                torch.testing.assert_close(got[k][a:b], one[k], rtol=1e-12 if dtype == torch.float64 else 1e-6,
+                                           atol=1e-12 if dtype == torch.float64 else 1e-6)
+            if rows[r].state_rows and t[i] >= 0:
+                torch.testing.assert_close(state[:rows[r].state_rows, a:b], alone[:rows[r].state_rows])
+            if t[i] < 0:
+                assert torch.equal(got[0][a:b], x[a:b]) and torch.equal(state[:, a:b], expected_state[:, a:b])
+
+
+def test_opcheck_mixed_samplers(device):
+    rows = _mixed_rows()
+    g = torch.Generator().manual_seed(5)
+    sample_rows = torch.tensor([8, 0, 3, 5, 1, 4, 7], device=device)
+    offsets = torch.arange(8, device=device) * 20
+    x, m, z = (torch.randn(140, generator=g).to(device) for _ in range(3))
+    t = torch.tensor([rows[r].timesteps[1] for r in sample_rows.tolist()], dtype=torch.float64, device=device)
+    tables = od.rows.RowTables.build(rows, device)
+    torch.library.opcheck(torch.ops.octopus.sampler_step.default, (m, x, offsets, t, *tables),
+                          dict(sample_rows=sample_rows, noise=z, state=torch.randn(3, 140, device=device),
+                               return_x0=True))
+
+
+def test_bad_rows_get_clear_errors():
+    rows = _mixed_rows()
+    x = torch.randn(8, dtype=torch.float64)
+    offsets = torch.tensor([0, 4, 8])
+    t = torch.tensor([float(rows[0].timesteps[0]), float(rows[5].timesteps[1])], dtype=torch.float64)
+    good = od.rows.RowTables.build(rows, "cpu")
+    sample_rows = torch.tensor([0, 5])
+    state = torch.zeros(1, 8, dtype=torch.float64)
+
+    def call(tables=good, rows_=sample_rows, state_=state, timesteps=t):
+        return od.rows.fused_step(x, x, offsets, timesteps, tables, sample_rows=rows_, state=state_)
+
+    call()  # rows 7 and 8 (UniPC) need 3 state rows, but no sample reads them
+    info = good.row_info.clone()
+    info[1, 0] = 9
+    with pytest.raises(ValueError, match=r"row_info\[1\]: kind 9"):
+        call(good._replace(row_info=info))
+    info = good.row_info.clone()
+    info[4, 1] = 0  # flow_euler predicting epsilon
+    with pytest.raises(ValueError, match="predict 'flow'"):
+        call(good._replace(row_info=info))
+    info = good.row_info.clone()
+    info[3, 2] = 40
+    with pytest.raises(ValueError, match="length 40"):
+        call(good._replace(row_info=info))
+    with pytest.raises(ValueError, match="dpm_solver_pp_2m, which needs a state"):
+        call(state_=None)
+    with pytest.raises(ValueError, match="unipc, which needs a state of 3 rows"):
+        call(rows_=torch.tensor([0, 7]))
+    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 9"):
+        call(rows_=torch.tensor([0, 9]))
+    with pytest.raises(ValueError, match="one entry per sample"):
+        call(rows_=torch.tensor([0]))
+    with pytest.raises(ValueError, match="1 row or one per sample"):
+        call(rows_=None)
+    with pytest.raises(ValueError, match="tables must be"):
+        call(good._replace(tables=good.tables[:, :1]))
+    with pytest.raises(ValueError, match="row_scalars must be"):
+        call(good._replace(row_scalars=good.row_scalars[:, :2]))
+    with pytest.raises(ValueError, match="state must be"):
+        call(state_=torch.zeros(2, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        call(state_=torch.zeros(3, 9, dtype=torch.float64)[:, 1:])
+    with pytest.raises(TypeError, match="row_info must be"):
+        call(good._replace(row_info=good.row_info.double()))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        od.SamplerRow("heun", "epsilon", rows[0].timesteps, rows[0].table)
+    with pytest.raises(ValueError, match="eta is a ddim option"):
+        od.SamplerRow("euler", "epsilon", rows[3].timesteps, rows[3].table, eta=0.5)

@@ -1,6 +1,9 @@
-// octopus::sampler_step — schema, argument handling, and the CPU kernel.
+// octopus::sampler_step — schema, argument checks, and the CPU kernel.
 #include <ATen/ATen.h>
 #include <torch/library.h>
+
+#include <cstdint>
+#include <vector>
 
 #include "octopus/core/driver_cpu.h"
 #include "octopus/core/metadata.h"
@@ -24,112 +27,170 @@ void check_table(const at::Tensor& t, const char* name, c10::ScalarType dtype, c
                     "), got ", t.device());
 }
 
+bool is_sigma_kind(int64_t kind) { return kind != static_cast<int64_t>(SamplerKind::DDIM); }
+
+// Every row's contents, read on the host (CPU tables only). Rows no sample reads (free
+// slots of a caller's tables) must be well formed; the state a sampler needs is checked for
+// the rows in use.
+void check_row_contents(const SamplerStepArgs& a) {
+  const int64_t rows = a.row_info.size(0), width = a.schedules.size(1), table_width = a.tables.size(1);
+  const int64_t samples = a.timesteps.numel();
+  const int64_t state_rows = a.state.defined() ? a.state.size(0) : 0;
+  std::vector<bool> used(rows, !a.sample_rows.defined() && samples > 0);
+  if (a.sample_rows.defined()) {
+    const int64_t* sample_rows = a.sample_rows.data_ptr<int64_t>();
+    for (int64_t i = 0; i < samples; ++i) {
+      TORCH_CHECK_VALUE(sample_rows[i] >= 0 && sample_rows[i] < rows, "sample_rows[", i, "] = ", sample_rows[i],
+                        " is not a row of the tables (", rows, " rows)");
+      used[sample_rows[i]] = true;
+    }
+  }
+  const int64_t* info = a.row_info.data_ptr<int64_t>();
+  const double* scalars = a.row_scalars.data_ptr<double>();
+  for (int64_t r = 0; r < rows; ++r, info += RowInfo::kColumns, scalars += RowScalars::kColumns) {
+    const int64_t kind = info[RowInfo::kKind], prediction = info[RowInfo::kPrediction];
+    const int64_t length = info[RowInfo::kLength], table_length = info[RowInfo::kTableLength];
+    TORCH_CHECK_VALUE(kind >= 0 && kind < kSamplerKinds, "row_info[", r, "]: kind ", kind, " is not a sampler kind");
+    const char* name = kSamplerKindNames[kind];
+    TORCH_CHECK_VALUE(prediction >= 0 && prediction < kPredictions, "row_info[", r, "]: prediction ", prediction,
+                      " is not a prediction type");
+    TORCH_CHECK_VALUE((kind == static_cast<int64_t>(SamplerKind::FlowEuler)) ==
+                          (prediction == static_cast<int64_t>(Prediction::Flow)),
+                      "row_info[", r, "]: a ", name, " row cannot have prediction '", kPredictionNames[prediction],
+                      "' (flow_euler rows, and only they, predict 'flow')");
+    TORCH_CHECK_VALUE(length >= 1 && length <= width, "row_info[", r, "]: length ", length,
+                      " must be in [1, schedules.size(1) = ", width, "]");
+    const int64_t min_table = is_sigma_kind(kind) ? length + 1 : 1;
+    TORCH_CHECK_VALUE(table_length >= min_table && table_length <= table_width, "row_info[", r, "]: table_length ",
+                      table_length, " must be in [", min_table, ", tables.size(1) = ", table_width, "] for a ", name,
+                      " row of ", length, " steps");
+    TORCH_CHECK_VALUE(info[RowInfo::kStepRatio] >= 0, "row_info[", r, "]: step_ratio must be non-negative, got ",
+                      info[RowInfo::kStepRatio]);
+    TORCH_CHECK_VALUE(scalars[RowScalars::kEta] >= 0.0, "row_scalars[", r, "]: eta must be non-negative, got ",
+                      scalars[RowScalars::kEta]);
+    TORCH_CHECK_VALUE(scalars[RowScalars::kClipRange] >= 0.0, "row_scalars[", r,
+                      "]: clip_range must be non-negative (0: no clipping), got ", scalars[RowScalars::kClipRange]);
+    if (!used[r]) continue;
+    TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) || state_rows >= 1,
+                      "row ", r, " is dpm_solver_pp_2m, which needs a state of at least 1 row (its last x0)");
+    TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::UniPC) || state_rows == 3, "row ", r,
+                      " is unipc, which needs a state of 3 rows (its last two x0 and its last corrected sample)");
+  }
+}
+
 }  // namespace
 
-SamplerStepArgs prepare_sampler_step(const at::Tensor& model_output, const at::Tensor& sample,
-                                     const at::Tensor& offsets, const at::Tensor& timesteps,
-                                     const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info,
-                                     int64_t kind, int64_t prediction, double final_alpha_cumprod, double eta,
-                                     double clip_range, bool use_clipped_model_output,
-                                     const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
-                                     const c10::optional<at::Tensor>& history2,
-                                     const c10::optional<at::Tensor>& last_sample, bool return_x0,
-                                     c10::string_view strategy) {
-  SamplerStepArgs a;
-  a.strategy = parse_strategy(strategy);
-  a.block_elems = resolve_block_elems(0);
-  TORCH_CHECK_VALUE(kind >= 0 && kind <= 4,
-                    "kind must be 0 (DDIM), 1 (Euler), 2 (flow Euler), 3 (DPM-Solver++ 2M) or 4 (UniPC), got ", kind);
-  TORCH_CHECK_VALUE(prediction >= 0 && prediction <= 3,
-                    "prediction must be 0 (epsilon), 1 (v_prediction), 2 (sample) or 3 (flow), got ", prediction);
-  TORCH_CHECK_VALUE(eta >= 0.0, "eta must be non-negative, got ", eta);
-  TORCH_CHECK_VALUE(clip_range >= 0.0, "clip_range must be non-negative (0: no clipping), got ", clip_range);
+void check_sampler_latents(SamplerStepArgs& a, const at::Tensor& model_output, const at::Tensor& sample,
+                           const at::Tensor& offsets, const c10::optional<at::Tensor>& noise,
+                           const c10::optional<at::Tensor>& state) {
   check_values_and_offsets(sample, offsets);
+  const auto dtype = sample.scalar_type();
+  TORCH_CHECK_TYPE(dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16,
+                   "sample must be float32, float64, float16 or bfloat16, got ", dtype);
   check_latent(model_output, "model_output", sample);
-  const int64_t m = offsets.numel() - 1;
+  a.sample = kernel_ready(sample);
+  a.model_output = kernel_ready(model_output);
+  a.offsets = offsets.contiguous();
+  if (noise.has_value()) {
+    check_latent(*noise, "noise", sample);
+    a.noise = kernel_ready(*noise);
+  }
+  if (state.has_value()) {
+    const at::Tensor& s = *state;
+    TORCH_CHECK_TYPE(s.scalar_type() == dtype, "state must have the sample's dtype (", dtype, "), got ",
+                     s.scalar_type());
+    TORCH_CHECK_VALUE(s.device() == sample.device(), "state must be on the sample's device (", sample.device(),
+                      "), got ", s.device());
+    TORCH_CHECK_VALUE(s.dim() == 2 && (s.size(0) == 1 || s.size(0) == 3) && s.size(1) == sample.numel(),
+                      "state must be [1 or 3, ", sample.numel(), "] (a row per multistep latent), got shape ",
+                      s.sizes());
+    const int64_t row_bytes = s.stride(0) * static_cast<int64_t>(s.element_size());
+    TORCH_CHECK_VALUE((s.size(1) <= 1 || s.stride(1) == 1) && (s.size(0) == 1 || row_bytes % 16 == 0) &&
+                          reinterpret_cast<uintptr_t>(s.data_ptr()) % 16 == 0,
+                      "state is updated in place: its rows must be contiguous and 16-byte aligned (got strides ",
+                      s.strides(), ")");
+    a.state = s;
+  }
+}
+
+void check_sampler_rows(SamplerStepArgs& a, const at::Tensor& timesteps, const at::Tensor& schedules,
+                        const at::Tensor& tables, const at::Tensor& row_info, const at::Tensor& row_scalars,
+                        const c10::optional<at::Tensor>& sample_rows) {
+  const at::Tensor& sample = a.sample;
+  const int64_t m = a.offsets.numel() - 1;
   check_table(timesteps, "timesteps", c10::kDouble, sample);
   TORCH_CHECK_VALUE(timesteps.dim() == 1 && timesteps.numel() == m, "timesteps must be 1-D with one entry per sample (",
                     m, "), got shape ", timesteps.sizes());
-  check_table(schedule, "schedule", c10::kDouble, sample);
-  check_table(table, "table", c10::kDouble, sample);
+  check_table(schedules, "schedules", c10::kDouble, sample);
+  check_table(tables, "tables", c10::kDouble, sample);
   check_table(row_info, "row_info", c10::kLong, sample);
-  TORCH_CHECK_VALUE(schedule.dim() == 2 && schedule.size(1) >= 1 && (schedule.size(0) == 1 || schedule.size(0) == m),
-                    "schedule must be [1 or num_samples, steps], got shape ", schedule.sizes());
-  const int64_t rows = schedule.size(0), steps = schedule.size(1);
+  check_table(row_scalars, "row_scalars", c10::kDouble, sample);
+  TORCH_CHECK_VALUE(schedules.dim() == 2 && schedules.size(0) >= 1 && schedules.size(1) >= 1,
+                    "schedules must be [rows, steps] with at least one of each, got shape ", schedules.sizes());
+  const int64_t rows = schedules.size(0);
+  TORCH_CHECK_VALUE(tables.dim() == 2 && tables.size(0) == rows && tables.size(1) >= 2, "tables must be [", rows,
+                    ", at least 2] (a row per schedule), got shape ", tables.sizes());
   TORCH_CHECK_VALUE(row_info.dim() == 2 && row_info.size(0) == rows && row_info.size(1) == RowInfo::kColumns,
-                    "row_info must be [", rows, ", ", RowInfo::kColumns, "], got shape ", row_info.sizes());
-  if (kind == static_cast<int64_t>(SamplerKind::DDIM)) {
-    TORCH_CHECK_VALUE(table.dim() == 1 && table.numel() >= 1, "table (alphas_cumprod) must be 1-D, got shape ",
-                      table.sizes());
+                    "row_info must be [", rows, ", ", int{RowInfo::kColumns}, "], got shape ", row_info.sizes());
+  TORCH_CHECK_VALUE(row_scalars.dim() == 2 && row_scalars.size(0) == rows &&
+                        row_scalars.size(1) == RowScalars::kColumns,
+                    "row_scalars must be [", rows, ", ", int{RowScalars::kColumns}, "], got shape ",
+                    row_scalars.sizes());
+  if (sample_rows.has_value()) {
+    check_table(*sample_rows, "sample_rows", c10::kLong, sample);
+    TORCH_CHECK_VALUE(sample_rows->dim() == 1 && sample_rows->numel() == m,
+                      "sample_rows must be 1-D with one entry per sample (", m, "), got shape ",
+                      sample_rows->sizes());
+    a.sample_rows = sample_rows->contiguous();
   } else {
-    TORCH_CHECK_VALUE(table.dim() == 2 && table.size(0) == rows && table.size(1) == steps + 1,
-                      "table (sigmas) must be [", rows, ", ", steps + 1, "], got shape ", table.sizes());
+    TORCH_CHECK_VALUE(rows == 1 || rows == m, "without sample_rows the tables must have 1 row or one per sample (",
+                      m, "), got ", rows);
   }
-  a.noise = noise.has_value() ? *noise : at::Tensor();
-  if (a.noise.defined()) check_latent(a.noise, "noise", sample);
-  auto state = [&](const c10::optional<at::Tensor>& t, const char* name) {
-    if (!t.has_value()) return at::Tensor();
-    check_latent(*t, name, sample);
-    TORCH_CHECK_VALUE(t->is_contiguous() && reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0, name,
-                      " must be contiguous and 16-byte aligned (it is updated in place)");
-    return *t;
-  };
-  a.history = state(history, "history");
-  a.history2 = state(history2, "history2");
-  a.last_sample = state(last_sample, "last_sample");
-  TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) || a.history.defined(),
-                    "DPM-Solver++ 2M needs a history buffer");
-  TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::UniPC) ||
-                        (a.history.defined() && a.history2.defined() && a.last_sample.defined()),
-                    "UniPC needs history, history2 and last_sample buffers");
-  a.sample = kernel_ready(sample);
-  a.model_output = kernel_ready(model_output);
-  if (a.noise.defined()) a.noise = kernel_ready(a.noise);
-  a.offsets = offsets.contiguous();
   a.timesteps = timesteps.contiguous();
-  a.schedule = schedule.contiguous();
-  a.table = table.contiguous();
+  a.schedules = schedules.contiguous();
+  a.tables = tables.contiguous();
   a.row_info = row_info.contiguous();
+  a.row_scalars = row_scalars.contiguous();
+  if (sample.device().is_cpu()) check_row_contents(a);
+}
+
+void finish_sampler_args(SamplerStepArgs& a, bool return_x0) {
   a.prev = at::empty_like(a.sample);
-  a.x0 = at::empty({return_x0 ? sample.numel() : 0}, sample.options());
-  a.params = SamplerParams{static_cast<SamplerKind>(kind), static_cast<Prediction>(prediction),
-                           a.timesteps.data_ptr<double>(), a.schedule.data_ptr<double>(), a.table.data_ptr<double>(),
-                           a.row_info.data_ptr<int64_t>(), rows, steps, a.table.numel(), final_alpha_cumprod, eta,
-                           clip_range, use_clipped_model_output};
-  return a;
+  a.x0 = at::empty({return_x0 ? a.sample.numel() : 0}, a.sample.options());
+  a.params = SamplerParams{a.timesteps.data_ptr<double>(),
+                           optional_data<int64_t>(a.sample_rows),
+                           a.schedules.data_ptr<double>(),
+                           a.tables.data_ptr<double>(),
+                           a.row_info.data_ptr<int64_t>(),
+                           a.row_scalars.data_ptr<double>(),
+                           a.schedules.size(0),
+                           a.schedules.size(1),
+                           a.tables.size(1)};
 }
 
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> sampler_step_cpu(
-    const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& offsets, const at::Tensor& timesteps,
-    const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info, int64_t kind, int64_t prediction,
-    double final_alpha_cumprod, double eta, double clip_range, bool use_clipped_model_output,
-    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
-    const c10::optional<at::Tensor>& history2, const c10::optional<at::Tensor>& last_sample, bool return_x0,
-    c10::string_view strategy, const c10::optional<at::Tensor>& metadata) {
-  SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
-                                           prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
-                                           noise, history, history2, last_sample, return_x0, strategy);
-  validate_layout(a.offsets, at::Tensor(), a.sample.numel());
-  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
-                                       build_plan_cpu);
-  with_sampler_step_op(a, [&](const auto& op) {
-    run_ragged_cpu(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
-  });
-  return {a.prev, a.x0};
-}
+struct CpuSamplerBackend {
+  static void run(SamplerStepArgs& a, const c10::optional<at::Tensor>& metadata) {
+    validate_layout(a.offsets, at::Tensor(), a.sample.numel());
+    const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
+                                         build_plan_cpu);
+    with_sampler_step_op(a, [&](const auto& op) {
+      run_ragged_cpu(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
+    });
+  }
+};
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(octopus, m) {
   m.def(
-      "sampler_step(Tensor model_output, Tensor sample, Tensor offsets, Tensor timesteps, Tensor schedule, "
-      "Tensor table, Tensor row_info, int kind, int prediction, float final_alpha_cumprod=1.0, float eta=0.0, "
-      "float clip_range=0.0, bool use_clipped_model_output=False, Tensor? noise=None, Tensor(a!)? history=None, "
-      "Tensor(b!)? history2=None, Tensor(c!)? last_sample=None, bool return_x0=False, str strategy=\"block_search\", Tensor? metadata=None) -> (Tensor, Tensor)");
+      "sampler_step(Tensor model_output, Tensor sample, Tensor offsets, Tensor timesteps, Tensor schedules, "
+      "Tensor tables, Tensor row_info, Tensor row_scalars, Tensor? sample_rows=None, Tensor? noise=None, "
+      "Tensor(a!)? state=None, bool return_x0=False, str strategy=\"block_search\", Tensor? metadata=None) "
+      "-> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("sampler_step", &sampler_step_cpu); }
+TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("sampler_step", &sampler_step<CpuSamplerBackend>); }
 
 }  // namespace octopus

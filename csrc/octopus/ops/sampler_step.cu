@@ -10,36 +10,29 @@
 namespace octopus {
 namespace {
 
-std::tuple<at::Tensor, at::Tensor> sampler_step_cuda(
-    const at::Tensor& model_output, const at::Tensor& sample, const at::Tensor& offsets, const at::Tensor& timesteps,
-    const at::Tensor& schedule, const at::Tensor& table, const at::Tensor& row_info, int64_t kind, int64_t prediction,
-    double final_alpha_cumprod, double eta, double clip_range, bool use_clipped_model_output,
-    const c10::optional<at::Tensor>& noise, const c10::optional<at::Tensor>& history,
-    const c10::optional<at::Tensor>& history2, const c10::optional<at::Tensor>& last_sample, bool return_x0,
-    c10::string_view strategy, const c10::optional<at::Tensor>& metadata) {
-  const c10::cuda::CUDAGuard guard(sample.device());
-  // No host reads here: the Python schedulers check timesteps and offsets before a step.
-  SamplerStepArgs a = prepare_sampler_step(model_output, sample, offsets, timesteps, schedule, table, row_info, kind,
-                                           prediction, final_alpha_cumprod, eta, clip_range, use_clipped_model_output,
-                                           noise, history, history2, last_sample, return_x0, strategy);
-  if (!metadata.has_value() && a.strategy != Strategy::Plan && a.strategy != Strategy::PlanHost) {
-    // Latents of a few MB (a step's usual size) are too few 4096-element tiles to keep every
-    // multiprocessor busy: tiles shrink (down to 512 elements) to ~16 per SM. Measured on the
-    // H100 over 256-32768 for 17-26 MB latents: fewer, longer tiles beat one per resident warp
-    // (each tile pays a search and the coefficient math before its first load).
-    const int64_t per_warp = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * 16);
-    while (a.block_elems > 512 && a.block_elems / 2 >= per_warp) a.block_elems /= 2;
+// No host reads here (the tables' contents are not checked on the host, which would
+// synchronize): the Python schedulers check timesteps, offsets and rows when they build them.
+struct CudaSamplerBackend {
+  static void run(SamplerStepArgs& a, const c10::optional<at::Tensor>& metadata) {
+    const c10::cuda::CUDAGuard guard(a.sample.device());
+    if (!metadata.has_value() && a.strategy != Strategy::Plan && a.strategy != Strategy::PlanHost) {
+      // Latents of a few MB (a step's usual size) are too few 4096-element tiles to keep every
+      // multiprocessor busy: tiles shrink (down to 512 elements) to ~16 per SM. Measured on the
+      // H100 over 256-32768 for 17-26 MB latents: fewer, longer tiles beat one per resident warp
+      // (each tile pays a search and the coefficient math before its first load).
+      const int64_t per_warp = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * 16);
+      while (a.block_elems > 512 && a.block_elems / 2 >= per_warp) a.block_elems /= 2;
+    }
+    const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
+                                         build_plan_cuda);
+    with_sampler_step_op(a, [&](const auto& op) {
+      cuda::run_ragged_cuda(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
+    });
   }
-  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
-                                       build_plan_cuda);
-  with_sampler_step_op(a, [&](const auto& op) {
-    cuda::run_ragged_cuda(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
-  });
-  return {a.prev, a.x0};
-}
+};
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(octopus, CUDA, m) { m.impl("sampler_step", &sampler_step_cuda); }
+TORCH_LIBRARY_IMPL(octopus, CUDA, m) { m.impl("sampler_step", &sampler_step<CudaSamplerBackend>); }
 
 }  // namespace octopus

@@ -6,11 +6,12 @@
 //   xs   = e * x + cl * L + c1 * h + c2 * h2 + cx * x0   (UniPC's corrected sample; else x)
 //   prev = p * xs + q * x0 + r * m + s * z + u * h
 // with x the sample, m the model output, z noise, h and h2 the sample's x0 of its last two
-// steps and L its last corrected sample (the multistep history: h becomes this step's x0,
-// h2 the old h, L the new xs). item(i) looks up sample i's step
-// in its schedule and computes the coefficients in double from the device tables; the
-// elements then cost a few fused multiply-adds. A negative timestep leaves its sample as it
-// is (prev = x, history untouched): samples that have finished, or not started yet, ride
+// steps and L its last corrected sample (the multistep state: h becomes this step's x0,
+// h2 the old h, L the new xs). item(i) finds sample i's row (its sampler: kind, prediction
+// type, schedule, table, options), looks up its step in the row's schedule and computes
+// the coefficients in double; the elements then cost a few fused multiply-adds. Samples of
+// different samplers mix freely in one launch. A negative timestep leaves its sample as it
+// is (prev = x, state untouched): samples that have finished, or not started yet, ride
 // along in the batch. Run by the generic drivers.
 #pragma once
 
@@ -19,6 +20,7 @@
 
 #include "octopus/core/plan.h"
 #include "octopus/core/vec.h"
+#include "octopus/ops/sampler_step_layout.h"
 
 // The per-sample coefficient math (double precision, log / exp / sqrt) is kept out of line
 // so that its registers do not crowd the element loop's (which it would otherwise spill).
@@ -30,29 +32,30 @@
 
 namespace octopus {
 
-enum class SamplerKind : int64_t { DDIM = 0, Euler = 1, FlowEuler = 2, DPMSolverPP2M = 3, UniPC = 4 };
-enum class Prediction : int64_t { Epsilon = 0, VPrediction = 1, Sample = 2, Flow = 3 };
-
-// Per-row (one row shared by all samples, or one per sample) integer facts.
-struct RowInfo {
-  static constexpr int kLength = 0;       // steps in the row's schedule
-  static constexpr int kStepRatio = 1;    // DDIM: num_train_timesteps // num_inference_steps
-  static constexpr int kFinalFirstOrder = 2;  // DPM-Solver++: last step is first order
-  static constexpr int kColumns = 3;
+// The tables of one launch. Each sample reads row sample_rows[i] (without sample_rows: row i,
+// or row 0 when there is one row); a row is a whole sampler: its kind, prediction type,
+// schedule, table and options (sampler_step_layout.h names the columns).
+struct SamplerParams {
+  const double* __restrict__ timesteps;     // [N] each sample's current timestep
+  const int64_t* __restrict__ sample_rows;  // [N] each sample's row, or null
+  const double* __restrict__ schedules;     // [R, S] each row's timesteps, descending
+  const double* __restrict__ tables;        // [R, W] ddim: alphas_cumprod; others: sigmas (length + 1)
+  const int64_t* __restrict__ row_info;     // [R, RowInfo::kColumns]
+  const double* __restrict__ row_scalars;   // [R, RowScalars::kColumns]
+  int64_t rows, schedule_width, table_width;
 };
 
-struct SamplerParams {
+// One row, read from the tables with every index clamped into them (on CUDA the op does not
+// read the tables on the host to check them: bad contents give wrong numbers, never a bad
+// memory access).
+struct SamplerRow {
   SamplerKind kind;
   Prediction prediction;
-  const double* __restrict__ timesteps;  // [N] each sample's current timestep
-  const double* __restrict__ schedule;   // [R, S] each row's timesteps, descending
-  const double* __restrict__ table;      // DDIM: alphas_cumprod [T]; others: sigmas [R, S + 1]
-  const int64_t* __restrict__ row_info;  // [R, RowInfo::kColumns]
-  int64_t rows, schedule_stride, table_size;
-  double final_alpha_cumprod;  // DDIM
-  double eta;                  // DDIM
-  double clip_range;           // DDIM, 0: no clipping
-  bool use_clipped_model_output;
+  const double* schedule;  // `length` timesteps
+  const double* table;     // `table_length` entries
+  int64_t length, table_length, step_ratio;
+  bool final_first_order, clipped_model_output;
+  double final_alpha_cumprod, eta, clip_range;
 };
 
 struct StepCoefficients {
@@ -61,6 +64,29 @@ struct StepCoefficients {
 };
 
 OCTOPUS_HD int64_t clamp_to(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+OCTOPUS_HD SamplerRow sampler_row(const SamplerParams& P, int64_t row) {
+  const int64_t* info = P.row_info + row * RowInfo::kColumns;
+  const double* scalars = P.row_scalars + row * RowScalars::kColumns;
+  SamplerRow r;
+  r.kind = static_cast<SamplerKind>(info[RowInfo::kKind]);
+  r.prediction = static_cast<Prediction>(info[RowInfo::kPrediction]);
+  r.schedule = P.schedules + row * P.schedule_width;
+  r.table = P.tables + row * P.table_width;
+  r.table_length = clamp_to(info[RowInfo::kTableLength], 1, P.table_width);
+  // A sigma row reads sigmas[k + 1] for its last step k = length - 1 (tables are at least
+  // two entries wide).
+  const int64_t max_length =
+      r.kind == SamplerKind::DDIM ? P.schedule_width : clamp_to(r.table_length - 1, 1, P.schedule_width);
+  r.length = clamp_to(info[RowInfo::kLength], 1, max_length);
+  r.step_ratio = info[RowInfo::kStepRatio];
+  r.final_first_order = info[RowInfo::kFinalFirstOrder] != 0;
+  r.clipped_model_output = info[RowInfo::kClippedModelOutput] != 0;
+  r.final_alpha_cumprod = scalars[RowScalars::kFinalAlphaCumprod];
+  r.eta = scalars[RowScalars::kEta];
+  r.clip_range = scalars[RowScalars::kClipRange];
+  return r;
+}
 
 // The index of the schedule entry nearest to t in a descending row of `length` entries.
 OCTOPUS_HD int64_t schedule_index(const double* row, int64_t length, double t) {
@@ -74,26 +100,25 @@ OCTOPUS_HD int64_t schedule_index(const double* row, int64_t length, double t) {
   return lo;
 }
 
-OCTOPUS_COEFFICIENTS StepCoefficients ddim_coefficients(const SamplerParams& P, int64_t row, double t) {
-  const int64_t* info = P.row_info + row * RowInfo::kColumns;
-  const int64_t ti = clamp_to(static_cast<int64_t>(llround(t)), 0, P.table_size - 1);
-  const int64_t prev = ti - info[RowInfo::kStepRatio];
-  const double at = P.table[ti];
-  const double ap = prev >= 0 ? P.table[clamp_to(prev, 0, P.table_size - 1)] : P.final_alpha_cumprod;
+OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
+  const int64_t ti = clamp_to(static_cast<int64_t>(llround(t)), 0, R.table_length - 1);
+  const int64_t prev = ti - R.step_ratio;
+  const double at = R.table[ti];
+  const double ap = prev >= 0 ? R.table[clamp_to(prev, 0, R.table_length - 1)] : R.final_alpha_cumprod;
   const double bt = 1.0 - at, sa = sqrt(at), sb = sqrt(bt);
   StepCoefficients k{};
   double c = 0.0, d = 1.0;  // eps = c * x + d * m
-  switch (P.prediction) {
+  switch (R.prediction) {
     case Prediction::Epsilon: k.a = 1.0 / sa; k.b = -sb / sa; c = 0.0; d = 1.0; break;
     case Prediction::Sample: k.a = 0.0; k.b = 1.0; c = 1.0 / sb; d = -sa / sb; break;
     default: k.a = sa; k.b = -sb; c = sb; d = sa; break;  // v-prediction
   }
   const double variance = (1.0 - ap) / (1.0 - at) * (1.0 - at / ap);
-  const double std_dev = P.eta * sqrt(variance);
+  const double std_dev = R.eta * sqrt(variance);
   const double dir = sqrt(1.0 - ap - std_dev * std_dev);
-  k.clip = P.clip_range;
+  k.clip = R.clip_range;
   k.q = sqrt(ap);
-  if (P.use_clipped_model_output) {  // eps recomputed from the (clipped) x0
+  if (R.clipped_model_output) {  // eps recomputed from the (clipped) x0
     k.p = dir / sb;
     k.q += -dir * sa / sb;
     k.r = 0.0;
@@ -110,33 +135,17 @@ OCTOPUS_HD void alpha_sigma(double sigma, double* alpha, double* sigma_t) {
   *sigma_t = sigma * *alpha;
 }
 
-// Where sample t stands in its row: the step k, the row's length and flags, its sigmas.
-struct ScheduleStep {
-  int64_t k, length;
-  const int64_t* info;
-  const double* sigmas;
-};
-
-OCTOPUS_HD ScheduleStep schedule_step(const SamplerParams& P, int64_t row, double t) {
-  const int64_t* info = P.row_info + row * RowInfo::kColumns;
-  const int64_t length = info[RowInfo::kLength];
-  const int64_t k = schedule_index(P.schedule + row * P.schedule_stride, length, t);
-  return ScheduleStep{k, length, info, P.table + row * (P.schedule_stride + 1)};
-}
-
-OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P, int64_t row, double t) {
-  const ScheduleStep at = schedule_step(P, row, t);
-  const int64_t k = at.k, length = at.length;
-  const int64_t* info = at.info;
-  const double* sigmas = at.sigmas;
+OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
+  const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
+  const double* sigmas = R.table;
   const double sigma = sigmas[k], next = sigmas[k + 1];
   StepCoefficients c{};
-  if (P.kind == SamplerKind::FlowEuler) {  // prev = x + (sigma_next - sigma) * m
+  if (R.kind == SamplerKind::FlowEuler) {  // prev = x + (sigma_next - sigma) * m
     c.a = 1.0; c.b = -sigma; c.p = 1.0; c.r = next - sigma;
     return c;
   }
-  if (P.kind == SamplerKind::Euler) {
-    switch (P.prediction) {
+  if (R.kind == SamplerKind::Euler) {
+    switch (R.prediction) {
       case Prediction::Epsilon: c.a = 1.0; c.b = -sigma; break;
       case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
       default: c.a = 1.0 / (sigma * sigma + 1.0); c.b = -sigma / sqrt(sigma * sigma + 1.0); break;
@@ -150,7 +159,7 @@ OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P,
   double alpha_s0, sigma_s0, alpha_t, sigma_t;
   alpha_sigma(sigma, &alpha_s0, &sigma_s0);
   alpha_sigma(next, &alpha_t, &sigma_t);
-  switch (P.prediction) {
+  switch (R.prediction) {
     case Prediction::Epsilon: c.a = 1.0 / alpha_s0; c.b = -sigma_s0 / alpha_s0; break;
     case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
     default: c.a = alpha_s0; c.b = -sigma_s0; break;
@@ -161,7 +170,7 @@ OCTOPUS_COEFFICIENTS StepCoefficients sigma_coefficients(const SamplerParams& P,
   const double phi = alpha_t * (exp(-h) - 1.0);
   c.p = sigma_t / sigma_s0;
   c.q = -phi;
-  const bool first_order = k == 0 || (k == length - 1 && info[RowInfo::kFinalFirstOrder] != 0);
+  const bool first_order = k == 0 || (k == length - 1 && R.final_first_order);
   if (!first_order) {
     double alpha_s1, sigma_s1;
     alpha_sigma(sigmas[k - 1], &alpha_s1, &sigma_s1);
@@ -205,11 +214,10 @@ OCTOPUS_HD void unipc_rhos(double h, double rk, int order, bool corrector, doubl
 
 // UniPC (bh2, order 2, predict_x0): the corrector of the previous step's prediction with
 // this model output, then the predictor. Step k's order is min(2, k + 1, length - k).
-OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P, int64_t row, double t) {
-  const ScheduleStep at = schedule_step(P, row, t);
-  const int64_t k = at.k, length = at.length;
-  const double* sigmas = at.sigmas;
-  const bool lower_order_final = at.info[RowInfo::kFinalFirstOrder] != 0;
+OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerRow& R, double t) {
+  const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
+  const double* sigmas = R.table;
+  const bool lower_order_final = R.final_first_order;
   auto order_at = [&](int64_t step) {
     int64_t o = 2;
     if (lower_order_final && length - step < o) o = length - step;
@@ -218,7 +226,7 @@ OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P,
   StepCoefficients c{};
   double alpha_s, sigma_s;
   alpha_sigma(sigmas[k], &alpha_s, &sigma_s);
-  switch (P.prediction) {  // x0 from the model output at sigma_k
+  switch (R.prediction) {  // x0 from the model output at sigma_k
     case Prediction::Epsilon: c.a = 1.0 / alpha_s; c.b = -sigma_s / alpha_s; break;
     case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
     default: c.a = alpha_s; c.b = -sigma_s; break;
@@ -258,10 +266,21 @@ OCTOPUS_COEFFICIENTS StepCoefficients unipc_coefficients(const SamplerParams& P,
   return c;
 }
 
+// Sample i's coefficients at timestep t from its row (out of line: see OCTOPUS_COEFFICIENTS).
+OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, int64_t i, double t) {
+  const int64_t row = P.sample_rows != nullptr ? clamp_to(P.sample_rows[i], 0, P.rows - 1) : (P.rows == 1 ? 0 : i);
+  const SamplerRow r = sampler_row(P, row);
+  switch (r.kind) {
+    case SamplerKind::DDIM: return ddim_coefficients(r, t);
+    case SamplerKind::UniPC: return unipc_coefficients(r, t);
+    default: return sigma_coefficients(r, t);
+  }
+}
+
 // The optional latents a step functor reads. The common sets (none: DDIM with eta 0, Euler,
 // flow Euler; noise: DDIM with eta > 0; history: DPM-Solver++) are compile-time, so that their
 // functors hold registers for their own inputs only (three blocks per SM); Any checks every
-// pointer at run time (UniPC, and whatever else a caller combines).
+// pointer at run time (UniPC, and launches that mix samplers: the union of their inputs).
 enum class StepInputs { None, Noise, History, Any };
 
 template <typename scalar_t, typename acc_t, StepInputs kInputs>
@@ -295,18 +314,12 @@ struct SamplerStepOp {
   SamplerParams params;
 
   OCTOPUS_HD Item item(int64_t i) const {
-    const int64_t row = params.rows == 1 ? 0 : i;
     const double t = params.timesteps[i];
     if (!(t >= 0.0)) {
       return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0),
                   acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
     }
-    StepCoefficients c;
-    switch (params.kind) {
-      case SamplerKind::DDIM: c = ddim_coefficients(params, row, t); break;
-      case SamplerKind::UniPC: c = unipc_coefficients(params, row, t); break;
-      default: c = sigma_coefficients(params, row, t); break;
-    }
+    const StepCoefficients c = step_coefficients(params, i, t);
     auto f = [](double v) { return static_cast<acc_t>(v); };
     return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(reads_noise() ? c.s : 0.0),
                 f(reads_history() ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), false};

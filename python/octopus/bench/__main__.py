@@ -13,6 +13,8 @@ On a machine without a GPU the CPU kernels run on batches 1000x smaller.
 
 ``octopus-bench contention [options]`` runs the stream scheduler's benchmark instead: a
 latency-critical job beside best-effort work (see ``octopus-bench contention --help``).
+``octopus-bench serving [options]`` runs the diffusion serving benchmark instead
+(``python -m octopus.bench.serving``; its own options: ``octopus-bench serving --help``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 
 import octopus
 
-from . import affine, contention, diffusion, filters, image_ops
+from . import affine, contention, diffusion, filters, image_ops, serving
 from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sample_sizes
 from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
@@ -167,6 +169,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["distributed"]:  # its own options: octopus-bench distributed --help
         from . import distributed
         return distributed.main(argv[1:])
+    if argv[:1] == ["serving"]:
+        return serving.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     file_sizes = _resolve_arguments(parser, args)

@@ -108,12 +108,13 @@ def run(measurer: Measurer, shapes, steps: int, repeats: int, copy_gbs: float, s
             row("octopus fused", measurer.measure(lambda: sched.step(m, x, t, validate=False), warmup=5,
                                                   repeats=repeats))
             if sampler != "DDIM":
-                vec = _dpm_vectorized(sched._table[0].to(device=device, dtype=torch.float32))
+                vec = _dpm_vectorized(torch.from_numpy(sched._rows[0].table).to(device=device, dtype=torch.float32))
                 ki = picks.to(device)
                 hist = torch.zeros_like(x)
                 row("vectorized PyTorch", measurer.measure(lambda: vec(m, x, ki, hist), warmup=5, repeats=repeats))
                 start = torch.randn_like(x)
-                sched._history, hist = start.clone(), start.clone()
+                sched._state[0].copy_(start.reshape(-1))  # the same history for both
+                hist = start.clone()
                 got, ref = sched.step(m, x, t, validate=False), vec(m, x, ki, hist)
                 assert torch.allclose(got, ref, rtol=1e-4, atol=1e-4), "fused DPM disagrees with the PyTorch version"
             if sampler == "DDIM":

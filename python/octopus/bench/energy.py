@@ -10,30 +10,35 @@ from typing import Optional
 import torch
 
 
+def nvml_device(device: torch.device) -> tuple[Optional[ctypes.CDLL], Optional[ctypes.c_void_p], str]:
+    """(the NVML library, the handle of the GPU behind a torch CUDA device, "") or (None, None,
+    why not)."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as err:
+        return None, None, f"NVML not found ({err})"
+    if nvml.nvmlInit_v2() != 0:
+        return None, None, "nvmlInit failed"
+    handle = ctypes.c_void_p()
+    props = torch.cuda.get_device_properties(device)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:  # map by PCI address: NVML ignores CUDA_VISIBLE_DEVICES
+        address = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        rc = nvml.nvmlDeviceGetHandleByPciBusId_v2(address.encode(), ctypes.byref(handle))
+    else:
+        rc = nvml.nvmlDeviceGetHandleByIndex_v2(device.index or 0, ctypes.byref(handle))
+    if rc != 0:
+        return None, None, f"no NVML handle for the device (error {rc})"
+    return nvml, handle, ""
+
+
 class EnergyCounter:
     """The total-energy counter of the GPU behind a torch CUDA device."""
 
     def __init__(self, device: torch.device):
         self.available = False
-        self.reason = ""
-        try:
-            self._nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        except OSError as err:
-            self.reason = f"NVML not found ({err})"
-            return
-        if self._nvml.nvmlInit_v2() != 0:
-            self.reason = "nvmlInit failed"
-            return
-        self._handle = ctypes.c_void_p()
-        props = torch.cuda.get_device_properties(device)
-        bus = getattr(props, "pci_bus_id", None)
-        if bus is not None:  # map by PCI address: NVML ignores CUDA_VISIBLE_DEVICES
-            address = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-            rc = self._nvml.nvmlDeviceGetHandleByPciBusId_v2(address.encode(), ctypes.byref(self._handle))
-        else:
-            rc = self._nvml.nvmlDeviceGetHandleByIndex_v2(device.index or 0, ctypes.byref(self._handle))
-        if rc != 0:
-            self.reason = f"no NVML handle for the device (error {rc})"
+        self._nvml, self._handle, self.reason = nvml_device(device)
+        if self._nvml is None:
             return
         if self.millijoules() is None:
             self.reason = "the GPU does not expose a total-energy counter"

@@ -1,12 +1,13 @@
-"""Per-sample diffusion sampler steps: one fused launch steps a whole batch in which every
-sample has its own timestep (and, optionally, its own schedule).
+"""Batched versions of diffusers' schedulers: one fused launch steps a whole batch in which
+every sample has its own timestep (and, optionally, its own schedule).
 
 Each scheduler mirrors the diffusers scheduler of the same name for the configurations
 listed in its docstring, computes its tables (timesteps, sigmas or alphas_cumprod) the way
-diffusers does, keeps them on the device, and calls ``torch.ops.octopus.sampler_step``:
-one kernel that looks up each sample's step from its timestep, computes that sample's
-coefficients, and updates its latents. Latents are dense ``[N, ...]`` tensors or a
-:class:`~octopus.RaggedBatch` (samples of different resolutions or frame counts).
+diffusers does as one :class:`~octopus.diffusion.rows.SamplerRow` per schedule, keeps them
+on the device, and calls ``torch.ops.octopus.sampler_step``: one kernel that looks up each
+sample's step from its timestep, computes that sample's coefficients, and updates its
+latents. Latents are dense ``[N, ...]`` tensors or a :class:`~octopus.RaggedBatch`
+(samples of different resolutions or frame counts).
 
 A timestep < 0 leaves its sample unchanged, so samples that have finished, or have not
 started yet, can ride along in the batch.
@@ -14,17 +15,19 @@ started yet, can ride along in the batch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from . import _library  # noqa: F401  (loads the ops)
-from .ragged import RaggedBatch
+from ..ops import affine
+from ..ragged import RaggedBatch
+from .rows import RowTables, SamplerRow, fused_step, state_tensor
 
-_PREDICTIONS = {"epsilon": 0, "v_prediction": 1, "sample": 2}
-_KIND_DDIM, _KIND_EULER, _KIND_FLOW, _KIND_DPM, _KIND_UNIPC = 0, 1, 2, 3, 4
+# What a model trained for diffusion predicts (flow_euler's "flow" is its own).
+_PREDICTIONS = ("epsilon", "v_prediction", "sample")
 
 
 def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float) -> torch.Tensor:
@@ -73,7 +76,6 @@ def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
 class _BatchedScheduler:
     """The shared part: per-row tables on the device, argument checks, and the step call."""
 
-    _kind: int
     _config_keys: tuple = ()
     _unsupported: dict = {}
 
@@ -93,11 +95,18 @@ class _BatchedScheduler:
         self.num_train_timesteps = int(num_train_timesteps)
         self.prediction_type = prediction_type
         self.timesteps: list[torch.Tensor] | torch.Tensor | None = None
-        self._rows: list[np.ndarray] = []
+        self._rows: list[SamplerRow] = []
+        self._tables: RowTables | None = None
         self._device = torch.device("cpu")
         self._dense_offsets: dict = {}
 
     # -- schedules ----------------------------------------------------------------------
+
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        """This scheduler with ``num_inference_steps`` steps as one row of the fused step's
+        tables (what :meth:`set_timesteps` builds per schedule, and what
+        :class:`~octopus.diffusion.ContinuousSampler` builds per request)."""
+        raise NotImplementedError
 
     def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None) -> None:
         """One shared schedule (an int), or one schedule per sample (a sequence of ints).
@@ -107,29 +116,11 @@ class _BatchedScheduler:
         counts = list(num_inference_steps) if per_sample else [num_inference_steps]
         if not counts or any(int(s) < 1 for s in counts):
             raise ValueError(f"num_inference_steps must be positive, got {num_inference_steps}")
-        rows = [self._row(int(s)) for s in counts]
-        self._rows = [r[0] for r in rows]
-        self._sigma_rows = [r[1] for r in rows]
-        width = max(len(r) for r in self._rows)
-        schedule = np.full((len(rows), width), -1.0)
-        for i, r in enumerate(self._rows):
-            schedule[i, :len(r)] = r
-        self._schedule = torch.from_numpy(schedule).to(self._device)
-        self._row_info = torch.tensor([[len(r[0]), r[2], r[3]] for r in rows], dtype=torch.int64, device=self._device)
-        self._table = self._make_table([r[1] for r in rows], width).to(self._device)
-        shared = [torch.from_numpy(r.copy()) for r in self._rows]
+        self._rows = [self.sampler_row(int(s)) for s in counts]
+        self._tables = RowTables.build(self._rows, self._device)
+        shared = [torch.from_numpy(r.timesteps.copy()) for r in self._rows]
         self.timesteps = shared if per_sample else shared[0]
         self._reset_state()
-
-    def _row(self, steps: int):
-        """(timesteps, sigmas or None, int parameter, final-first-order flag) of one schedule."""
-        raise NotImplementedError
-
-    def _make_table(self, sigma_rows, width: int) -> torch.Tensor:
-        table = np.zeros((len(sigma_rows), width + 1))
-        for i, s in enumerate(sigma_rows):
-            table[i, :len(s)] = s
-        return torch.from_numpy(table)
 
     def _reset_state(self) -> None:
         pass
@@ -181,36 +172,28 @@ class _BatchedScheduler:
         for i, ti in enumerate(t):
             if ti < 0:
                 continue
-            row = self._rows[i if len(self._rows) > 1 else 0]
-            k = np.flatnonzero(np.isclose(row, ti, rtol=0, atol=1e-4))
-            if len(k) == 0:
-                raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule "
-                                 f"({row[0]:g} ... {row[-1]:g}, {len(row)} steps)")
-            steps[i] = k[0]
+            try:
+                steps[i] = self._rows[i if len(self._rows) > 1 else 0].step_index(ti)
+            except ValueError as error:
+                raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule: {error}") from None
         return steps
 
-    def _step(self, model_output, sample, timesteps, *, noise=None, history=None, history2=None, last_sample=None,
-              return_x0=False, validate=True, **scalars):
+    def _step(self, model_output, sample, timesteps, *, noise=None, state=None, return_x0=False, validate=True,
+              tables: RowTables | None = None):
         values, offsets, strategy, meta, rebuild = self._latents("sample", sample)
         m_values = self._latents("model_output", model_output, like=sample)[0]
         n = offsets.numel() - 1
-        if self.timesteps is None:
+        if self._tables is None:
             raise RuntimeError("call set_timesteps before step")
-        if self._schedule.device != values.device:
-            raise ValueError(f"the schedule is on {self._schedule.device} but sample is on {values.device}; "
+        if self._device != values.device:
+            raise ValueError(f"the schedule is on {self._device} but sample is on {values.device}; "
                              "pass device= to set_timesteps")
         t = self._timesteps(timesteps, n, values.device, validate)
         noise_values = None if noise is None else self._latents("noise", noise, like=sample)[0]
-        prev, x0 = torch.ops.octopus.sampler_step(
-            m_values, values, offsets, t, self._schedule, self._table, self._row_info, self._kind,
-            self._prediction_code(), scalars.get("final_alpha_cumprod", 1.0), scalars.get("eta", 0.0),
-            scalars.get("clip_range", 0.0), scalars.get("use_clipped_model_output", False), noise_values, history,
-            history2, last_sample, return_x0, strategy, meta)
+        prev, x0 = fused_step(m_values, values, offsets, t, tables or self._tables, noise=noise_values, state=state,
+                              return_x0=return_x0, strategy=strategy, metadata=meta)
         prev = rebuild(prev)
         return (prev, rebuild(x0)) if return_x0 else prev
-
-    def _prediction_code(self) -> int:
-        return _PREDICTIONS[self.prediction_type]
 
 
 class DDIMScheduler(_BatchedScheduler):
@@ -223,7 +206,6 @@ class DDIMScheduler(_BatchedScheduler):
     rescale_betas_zero_snr.
     """
 
-    _kind = _KIND_DDIM
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "clip_sample", "clip_sample_range", "set_alpha_to_one", "steps_offset", "timestep_spacing")
     _unsupported = {"thresholding": {False}, "rescale_betas_zero_snr": {False}, "trained_betas": {None}}
@@ -237,16 +219,35 @@ class DDIMScheduler(_BatchedScheduler):
         self.final_alpha_cumprod = 1.0 if set_alpha_to_one else float(self.alphas_cumprod[0])
         self.clip_sample, self.clip_sample_range = bool(clip_sample), float(clip_sample_range)
         self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
+        self._option_tables: dict = {}  # (eta, use_clipped_model_output) -> the tables with them
 
-    def _row(self, steps):
+    def sampler_row(self, num_inference_steps: int, *, eta: float = 0.0,
+                    use_clipped_model_output: bool = False) -> SamplerRow:
+        """This scheduler with ``num_inference_steps`` steps, and the step options ``eta`` and
+        ``use_clipped_model_output``, as one row of the fused step's tables."""
+        steps = int(num_inference_steps)
         if steps > self.num_train_timesteps:
             raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps "
                              f"({self.num_train_timesteps})")
         t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=True)
-        return t.astype(np.int64).astype(np.float64), None, self.num_train_timesteps // steps, 0
+        return SamplerRow("ddim", self.prediction_type, t.astype(np.int64).astype(np.float64),
+                          self.alphas_cumprod.numpy(), step_ratio=self.num_train_timesteps // steps,
+                          final_alpha_cumprod=self.final_alpha_cumprod, eta=float(eta),
+                          clip_range=self.clip_sample_range if self.clip_sample else 0.0,
+                          clipped_model_output=bool(use_clipped_model_output))
 
-    def _make_table(self, sigma_rows, width):
-        return self.alphas_cumprod.clone()
+    def _reset_state(self):
+        self._option_tables = {}
+
+    def _tables_with(self, eta: float, use_clipped_model_output: bool) -> RowTables:
+        """The tables with the step's options in every row (built once per distinct options)."""
+        key = (eta, use_clipped_model_output)
+        if key == (0.0, False):
+            return self._tables
+        if key not in self._option_tables:
+            rows = [dataclasses.replace(r, eta=eta, clipped_model_output=use_clipped_model_output) for r in self._rows]
+            self._option_tables[key] = RowTables.build(rows, self._device)
+        return self._option_tables[key]
 
     def step(self, model_output, sample, timesteps, *, eta: float = 0.0, use_clipped_model_output: bool = False,
              generator: torch.Generator | None = None, variance_noise=None, return_x0: bool = False,
@@ -265,10 +266,9 @@ class DDIMScheduler(_BatchedScheduler):
                 noise = torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
                 if isinstance(sample, RaggedBatch):
                     noise = sample.with_values(noise)
+        tables = None if self._tables is None else self._tables_with(float(eta), bool(use_clipped_model_output))
         return self._step(model_output, sample, timesteps, noise=noise, return_x0=return_x0, validate=validate,
-                          final_alpha_cumprod=self.final_alpha_cumprod, eta=float(eta),
-                          clip_range=self.clip_sample_range if self.clip_sample else 0.0,
-                          use_clipped_model_output=bool(use_clipped_model_output))
+                          tables=tables)
 
 
 class _SigmaScheduler(_BatchedScheduler):
@@ -281,7 +281,7 @@ class _SigmaScheduler(_BatchedScheduler):
         """Each sample's current sigma (float64, on the schedule's device)."""
         t = np.asarray(torch.as_tensor(timesteps).double().cpu())
         steps = self._check_timesteps(t)
-        sig = [self._sigma_rows[i if len(self._rows) > 1 else 0][k] if k >= 0 else 0.0 for i, k in enumerate(steps)]
+        sig = [self._rows[i if len(self._rows) > 1 else 0].sigma(k) if k >= 0 else 0.0 for i, k in enumerate(steps)]
         return torch.tensor(sig, dtype=torch.float64, device=self._device)
 
 
@@ -294,7 +294,6 @@ class EulerDiscreteScheduler(_SigmaScheduler):
     exponential or beta sigmas, rescale_betas_zero_snr.
     """
 
-    _kind = _KIND_EULER
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset")
     _unsupported = {"use_karras_sigmas": {False, None}, "use_exponential_sigmas": {False, None},
@@ -310,16 +309,20 @@ class EulerDiscreteScheduler(_SigmaScheduler):
         self._train_sigmas = np.array(((1 - ac) / ac) ** 0.5)
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
 
-    def _row(self, steps):
-        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=False)
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        t = _spaced(self.num_train_timesteps, int(num_inference_steps), self.timestep_spacing, self.steps_offset,
+                    integer=False)
         t = t.astype(np.float32)
         sigmas = np.interp(t, np.arange(0, len(self._train_sigmas)), self._train_sigmas)
         sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32).astype(np.float64)
-        return t.astype(np.float64), sigmas, 0, 0
+        # diffusers: the largest sigma for linspace and trailing spacing, sqrt(sigma^2 + 1) for leading.
+        top = torch.tensor(sigmas.max(), dtype=torch.float32)
+        init = float(top if self.timestep_spacing in ("linspace", "trailing") else (top ** 2 + 1) ** 0.5)
+        return SamplerRow("euler", self.prediction_type, t.astype(np.float64), sigmas, init_noise_sigma=init)
 
     def set_timesteps(self, num_inference_steps, device=None):
         super().set_timesteps(num_inference_steps, device)
-        self.init_noise_sigma = max(float(s[0]) for s in self._sigma_rows)
+        self.init_noise_sigma = max(r.init_noise_sigma for r in self._rows)
 
     def scale_model_input(self, sample, timesteps):
         """``sample / sqrt(sigma^2 + 1)`` with each sample's own sigma (as diffusers does before
@@ -327,7 +330,6 @@ class EulerDiscreteScheduler(_SigmaScheduler):
         sigma = self.sigma_for(timesteps)
         scale = (1.0 / torch.sqrt(sigma * sigma + 1.0))
         if isinstance(sample, RaggedBatch):
-            from .ops import affine
             return affine(sample, scale.to(sample.values.dtype if sample.values.dtype == torch.float64
                                            else torch.float32), 0.0)
         shape = (-1,) + (1,) * (sample.dim() - 1)
@@ -343,14 +345,13 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
     invert_sigmas, stochastic_sampling, per-token timesteps.
     """
 
-    _kind = _KIND_FLOW
     _config_keys = ("num_train_timesteps", "shift", "use_dynamic_shifting")
     _unsupported = {"shift_terminal": {None}, "use_karras_sigmas": {False, None},
                     "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
                     "invert_sigmas": {False}, "stochastic_sampling": {False}, "time_shift_type": {"exponential"}}
 
     def __init__(self, num_train_timesteps: int = 1000, shift: float = 1.0, use_dynamic_shifting: bool = False):
-        super().__init__(num_train_timesteps, "epsilon")
+        super().__init__(num_train_timesteps, "epsilon")  # unused: flow_euler's model predicts a velocity
         self.shift, self.use_dynamic_shifting = float(shift), bool(use_dynamic_shifting)
         t = np.linspace(1, num_train_timesteps, num_train_timesteps, dtype=np.float32)[::-1].copy()
         sigmas = torch.from_numpy(t) / num_train_timesteps
@@ -365,20 +366,24 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
         self._mu = mu
         super().set_timesteps(num_inference_steps, device)
 
-    def _row(self, steps):
-        t = np.linspace(self._sigma_max * self.num_train_timesteps, self._sigma_min * self.num_train_timesteps, steps)
+    def sampler_row(self, num_inference_steps: int, *, mu: float | None = None) -> SamplerRow:
+        """This scheduler with ``num_inference_steps`` steps as one row of the fused step's
+        tables; ``mu`` (the exponential time shift) where use_dynamic_shifting is set
+        (default: the one given to :meth:`set_timesteps`)."""
+        mu = self._mu if mu is None else mu
+        if self.use_dynamic_shifting and mu is None:
+            raise ValueError("use_dynamic_shifting needs mu")
+        t = np.linspace(self._sigma_max * self.num_train_timesteps, self._sigma_min * self.num_train_timesteps,
+                        int(num_inference_steps))
         sigmas = t / self.num_train_timesteps
         if self.use_dynamic_shifting:
-            sigmas = math.exp(self._mu) / (math.exp(self._mu) + (1 / sigmas - 1) ** 1.0)
+            sigmas = math.exp(mu) / (math.exp(mu) + (1 / sigmas - 1) ** 1.0)
         else:
             sigmas = self.shift * sigmas / (1 + (self.shift - 1) * sigmas)
         sigmas = torch.from_numpy(sigmas).to(torch.float32)
         timesteps = (sigmas * self.num_train_timesteps).double().numpy()
         full = torch.cat([sigmas, torch.zeros(1)]).double().numpy()
-        return timesteps, full, 0, 0
-
-    def _prediction_code(self) -> int:
-        return 3
+        return SamplerRow("flow_euler", "flow", timesteps, full)
 
 
 class DPMSolverMultistepScheduler(_SigmaScheduler):
@@ -394,7 +399,7 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     flow sigmas, thresholding, SDE variants, order 1 or 3, heun, custom timesteps.
     """
 
-    _kind = _KIND_DPM
+    _state_rows = 1  # the last x0
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type")
     _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
@@ -414,11 +419,11 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
         self.lower_order_final, self.euler_at_final = bool(lower_order_final), bool(euler_at_final)
         self.final_sigmas_type = final_sigmas_type
-        self._history: torch.Tensor | None = None
+        self._state: torch.Tensor | None = None
         self._last_step: np.ndarray | None = None
 
-    def _row(self, steps):
-        T = self.num_train_timesteps
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        steps, T = int(num_inference_steps), self.num_train_timesteps
         if self.timestep_spacing == "linspace":
             t = np.linspace(0, T - 1, steps + 1).round()[::-1][:-1].copy().astype(np.int64)
         elif self.timestep_spacing == "leading":
@@ -433,11 +438,14 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         sigmas = np.interp(t, np.arange(0, len(train_sigmas)), train_sigmas)
         last = ((1 - ac[0]) / ac[0]) ** 0.5 if self.final_sigmas_type == "sigma_min" else 0
         sigmas = np.concatenate([sigmas, [last]]).astype(np.float32).astype(np.float64)
-        final_first = self.euler_at_final or (self.lower_order_final and len(t) < 15) or self.final_sigmas_type == "zero"
-        return t.astype(np.float64), sigmas, 0, int(final_first)
+        return SamplerRow("dpm_solver_pp_2m", self.prediction_type, t.astype(np.float64), sigmas,
+                          final_first_order=self._final_first_order(len(t)))
+
+    def _final_first_order(self, steps: int) -> bool:
+        return self.euler_at_final or (self.lower_order_final and steps < 15) or self.final_sigmas_type == "zero"
 
     def _reset_state(self):
-        self._history = None
+        self._state = None
         self._last_step = None
 
     def _check_timesteps(self, t):
@@ -453,15 +461,10 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
 
     def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
         values = sample.values if isinstance(sample, RaggedBatch) else sample
-        if self._history is None or self._history.shape != values.shape or self._history.dtype != values.dtype \
-                or self._history.device != values.device:
-            self._history = torch.zeros_like(values).contiguous()
-        history = self._history.reshape(-1)
-        return self._step(model_output, sample, timesteps, history=history, return_x0=return_x0, validate=validate)
-
-
-__all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
-           "DPMSolverMultistepScheduler", "UniPCMultistepScheduler"]
+        if self._state is None or self._state.shape[1] != values.numel() or self._state.dtype != values.dtype \
+                or self._state.device != values.device:
+            self._state = state_tensor(self._state_rows, values.numel(), values)
+        return self._step(model_output, sample, timesteps, state=self._state, return_x0=return_x0, validate=validate)
 
 
 class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
@@ -478,7 +481,7 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     flow sigmas, thresholding.
     """
 
-    _kind = _KIND_UNIPC
+    _state_rows = 3  # the last two x0 and the last corrected sample
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final")
     _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
@@ -498,25 +501,11 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
                  steps_offset: int = 0, lower_order_final: bool = True):
         super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
                          steps_offset, lower_order_final=lower_order_final)
-        self._state: tuple | None = None
 
-    def _row(self, steps):
-        t, sigmas, ratio, _ = super()._row(steps)
-        return t, sigmas, ratio, int(self.lower_order_final)
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        row = super().sampler_row(num_inference_steps)
+        return dataclasses.replace(row, kind="unipc")
 
-    def _reset_state(self):
-        super()._reset_state()
-        self._state = None
+    def _final_first_order(self, steps: int) -> bool:
+        return self.lower_order_final  # UniPC lowers its last orders with lower_order_final alone
 
-    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
-        values = sample.values if isinstance(sample, RaggedBatch) else sample
-        if self._state is None or self._state[0].shape != values.reshape(-1).shape \
-                or self._state[0].dtype != values.dtype or self._state[0].device != values.device:
-            self._state = tuple(torch.zeros(values.numel(), dtype=values.dtype, device=values.device) for _ in range(3))
-        history, history2, last_sample = self._state
-        return self._step(model_output, sample, timesteps, history=history, history2=history2,
-                          last_sample=last_sample, return_x0=return_x0, validate=validate)
-
-from .per_sample_stepper import PerSampleStepper  # noqa: E402  (re-exported here)
-
-__all__.append("PerSampleStepper")

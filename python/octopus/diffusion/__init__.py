@@ -1,0 +1,25 @@
+"""Per-sample diffusion sampler steps, and the continuous sampler they enable.
+
+- Batched versions of diffusers' schedulers (:class:`DDIMScheduler`,
+  :class:`EulerDiscreteScheduler`, :class:`FlowMatchEulerDiscreteScheduler`,
+  :class:`DPMSolverMultistepScheduler`, :class:`UniPCMultistepScheduler`): one fused launch
+  steps a batch in which every sample is at its own timestep of its own schedule.
+- :class:`ContinuousSampler`: requests of any latent shape, sampler, step count, guidance
+  scale and priority join a running batch at any step and leave when done; one model call
+  per latent shape and one fused step for all per iteration.
+- :class:`PerSampleStepper`: any diffusers scheduler, one copy per sample.
+- The fused step's tables (:mod:`octopus.diffusion.rows`): every sampler is one row
+  (:class:`SamplerRow`), so samples of different samplers share one launch.
+"""
+
+from ..per_sample_stepper import PerSampleStepper
+from .continuous import ContinuousSampler
+from .requests import DeadlineExceeded, SampleResult, SamplingRequest
+from .rows import PREDICTION_TYPES, SAMPLER_KINDS, SamplerRow
+from .schedulers import (DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
+                         FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)
+
+__all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
+           "DPMSolverMultistepScheduler", "UniPCMultistepScheduler", "ContinuousSampler", "SamplingRequest",
+           "SampleResult", "DeadlineExceeded", "PerSampleStepper", "SamplerRow", "SAMPLER_KINDS",
+           "PREDICTION_TYPES"]

@@ -1,0 +1,546 @@
+"""The continuous sampler: requests join a running batch at any step and leave when done.
+
+One thread runs the iterations. Each iteration admits waiting requests into free places
+(priority, then deadline, then arrival; ``max_batch`` and a memory budget), packs the
+active samples' latents by group (latent shape and conditioning signature), runs the model
+once per group (concurrently on leased CUDA streams), and then steps **every** active sample
+with one fused ``sampler_step`` launch, each at its own timestep of its own sampler (DDIM,
+Euler, flow-matching Euler, DPM-Solver++ 2M, UniPC; its own step count, its own multistep
+state). Samples whose last step is done leave; their futures resolve on a finishing thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import math
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..scheduler import StreamScheduler
+from .arena import LatentArena, Member
+from .model_runner import ModelRunner
+from .requests import (AdmissionQueue, DeadlineExceeded, SampleResult, SamplingRequest, check_request,
+                       resolve_scheduler, sampler_row)
+from .rows import RowTables, SamplerRow, fused_step, to_device
+
+HIGH_PRIORITY = 1  # "high" (StreamScheduler's scale): what high_priority_batch protects
+_OPEN: "weakref.WeakSet[ContinuousSampler]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_samplers() -> None:
+    """Samplers still open when the interpreter exits are cancelled, so that no sampling
+    thread outlives it."""
+    for sampler in list(_OPEN):
+        with contextlib.suppress(TimeoutError):  # a model call that never returns: leave it
+            sampler.close(cancel=True, timeout=30)
+
+
+@dataclasses.dataclass(eq=False)
+class _Running(Member):
+    """A request from submission to its result (a :class:`Member` of the arena while active)."""
+
+    request: SamplingRequest | None = None
+    future: concurrent.futures.Future | None = None
+    row: SamplerRow | None = None
+    priority: int = 0
+    deadline: float | None = None
+    bytes: int = 0
+    submitted: float = 0.0
+    started: float | None = None
+    arrival: int | None = None
+    step: int = 0
+    slot: int | None = None
+    divisors: np.ndarray | None = None     # euler: what each step's model input is divided by
+    generator: torch.Generator | None = None  # ddim with eta: its step noise
+    cond: dict = dataclasses.field(default_factory=dict)
+    neg: dict = dataclasses.field(default_factory=dict)
+    failed: bool = False
+
+
+class ContinuousSampler:
+    """Samples many requests at once with a continuously refilled batch.
+
+    Args:
+        model: ``model(latents [B, *shape], timesteps [B] float32, **conditioning)`` returning
+            the prediction (a tensor, or diffusers' output with ``.sample``), e.g. a diffusers
+            ``UNet2DModel`` / ``UNet2DConditionModel``.
+        max_batch: samples stepped at once (a guided sample counts once; its model batch is
+            doubled).
+        device: where the latents live (default: the model's device).
+        dtype: the latents' dtype (default: the model's).
+        scheduler: the sampler of requests that name none (see :class:`SamplingRequest`).
+        memory_budget: bytes the active samples may take (None: no limit); a request's
+            estimate is its latents, model output, multistep state and guided copies, plus
+            ``model_bytes_per_element`` per latent element (what the model allocates per
+            element of its input; measure it for your model).
+        stream_scheduler: the :class:`~octopus.StreamScheduler` the groups' model calls lease
+            streams from (CUDA; default: one of its own with 4 leases).
+        cuda_graphs: capture each (input shape, batch) model call as a CUDA graph on its
+            second use and replay it after (CUDA; the model must be capturable).
+        max_graphs: graphs kept (least recently used dropped).
+        preempt: park running lower-priority samples (their latents and state kept) when a
+            higher-priority request waits for a place; they resume where they stopped.
+        high_priority_batch: while a request of priority "high" (or higher) is waiting or
+            running, the batch is capped at this many samples, so that its iterations stay
+            short (with ``preempt``, lower-priority samples are parked to get there).
+        record_iterations: keep per-iteration timings (:meth:`iteration_timings`).
+
+    Requests (:meth:`submit`) get a :class:`concurrent.futures.Future` of a
+    :class:`SampleResult`. :meth:`close` drains (or cancels) and stops the threads.
+    ``memory_budget``, ``preempt`` and ``high_priority_batch`` are attributes read at every
+    iteration; they may be changed while the sampler runs (``max_batch`` may not).
+    """
+
+    def __init__(self, model: Callable, *, max_batch: int = 32, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None, scheduler: Any = None, memory_budget: int | None = None,
+                 model_bytes_per_element: float = 0.0, stream_scheduler: StreamScheduler | None = None,
+                 cuda_graphs: bool = False, max_graphs: int = 64, preempt: bool = False,
+                 high_priority_batch: int | None = None, record_iterations: bool = False):
+        if not callable(model):
+            raise TypeError("model must be callable")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
+        if high_priority_batch is not None and not (isinstance(high_priority_batch, int) and high_priority_batch >= 1):
+            raise ValueError(f"high_priority_batch must be a positive int or None, got {high_priority_batch!r}")
+        if memory_budget is not None and memory_budget <= 0:
+            raise ValueError(f"memory_budget must be positive bytes or None, got {memory_budget!r}")
+        if model_bytes_per_element < 0:
+            raise ValueError(f"model_bytes_per_element must be non-negative, got {model_bytes_per_element}")
+        parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        self.device = torch.device(device) if device is not None else (
+            parameter.device if parameter is not None else torch.device("cpu"))
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.dtype = dtype or (parameter.dtype if parameter is not None else torch.float32)
+        if self.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            raise TypeError(f"dtype must be float32, float64, float16 or bfloat16, got {self.dtype}")
+        self.max_batch, self.high_priority_batch = max_batch, high_priority_batch
+        self.memory_budget, self.model_bytes_per_element = memory_budget, float(model_bytes_per_element)
+        self.preempt = bool(preempt)
+        self._default_scheduler = scheduler
+        self._schedulers: dict = {}
+        self._owned_streams = None
+        if self.device.type == "cuda" and stream_scheduler is None:
+            stream_scheduler = self._owned_streams = StreamScheduler(4, devices=[self.device.index])
+        self._runner = ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs)
+        self._arena = LatentArena(self.device, self.dtype)
+        self._tables: RowTables | None = None
+        self._free_slots = list(range(max_batch - 1, -1, -1))
+        self._sample_rows = torch.zeros(0, dtype=torch.int64, device=self.device)
+        self._plans: list = []
+        self._active: list[_Running] = []
+        self._queue = AdmissionQueue()
+        self._layout_changed = False
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._inbox: list[_Running] = []
+        self._closing = self._cancelling = False
+        self._counts = dict(submitted=0, completed=0, failed=0, cancelled=0, expired=0, parked=0, iterations=0,
+                            sample_steps=0)
+        self._record = record_iterations
+        self._timings: list = []
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._finisher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="octopus-sampler-finish")
+        self._thread = threading.Thread(target=self._loop, name="octopus-sampler", daemon=True)
+        self._thread.start()
+        _OPEN.add(self)
+
+    # -- the caller's side --------------------------------------------------------------
+
+    def submit(self, request: SamplingRequest | None = None, /, **fields: Any) -> concurrent.futures.Future:
+        """Queues a request (a :class:`SamplingRequest`, or its fields as keywords) and
+        returns the future of its :class:`SampleResult`. Bad requests raise here."""
+        if request is None:
+            request = SamplingRequest(**fields)
+        elif fields:
+            raise TypeError("pass a SamplingRequest or its fields as keywords, not both")
+        shape, priority, deadline = check_request(request)
+        spec = request.scheduler if request.scheduler is not None else self._default_scheduler
+        if spec is None:
+            raise ValueError("the request names no scheduler and the sampler has no default (scheduler=...)")
+        with self._lock:
+            scheduler = resolve_scheduler(spec, request.scheduler_config, self._schedulers)
+        row = sampler_row(scheduler, request)
+        running = _Running(key=None, shape=shape, state_rows=row.state_rows, request=request, row=row,
+                           priority=priority, deadline=deadline, submitted=time.monotonic())
+        running.pending_latents = self._initial_latents(request, row, running)
+        if row.kind == "euler":
+            running.divisors = np.array([row.model_input_divisor(k) for k in range(row.num_steps)])
+        running.bytes = self._estimate_bytes(running)
+        if self.memory_budget is not None and running.bytes > self.memory_budget:
+            raise ValueError(f"the request needs about {running.bytes} bytes, more than memory_budget "
+                             f"({self.memory_budget})")
+        running.future = concurrent.futures.Future()
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the sampler is closed")
+            self._inbox.append(running)
+            self._counts["submitted"] += 1
+            self._wakeup.notify()
+        return running.future
+
+    def close(self, cancel: bool = False, timeout: float | None = None) -> None:
+        """Stops accepting requests, finishes every queued and running one (or, with
+        ``cancel``, cancels them: their futures raise CancelledError), and stops the
+        sampler's threads. Idempotent."""
+        with self._lock:
+            self._closing = True
+            self._cancelling = self._cancelling or cancel
+            self._wakeup.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the sampler did not stop within {timeout} s")
+        self._finisher.shutdown(wait=True)
+        if self._owned_streams is not None:
+            self._owned_streams.close()
+        _OPEN.discard(self)
+
+    def __enter__(self) -> "ContinuousSampler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters (submitted, completed, failed, cancelled, expired, parked, iterations,
+        sample_steps: samples stepped over all iterations), the requests waiting and running
+        now, and the CUDA graphs captured."""
+        with self._lock:
+            out = dict(self._counts)
+            out["waiting"] = len(self._inbox) + len(self._queue)
+        out["running"] = len(self._active)
+        out["graphs_captured"] = self._runner.graphs.captures if self._runner.graphs is not None else 0
+        return out
+
+    def prepare_graphs(self, shapes: Iterable[Sequence[int]], batch_sizes: Iterable[int],
+                       conditioning: Mapping[str, torch.Tensor] | None = None) -> int:
+        """With ``cuda_graphs``: captures the model's call for every latent shape and batch
+        size now (a warm-up call and the capture), rather than on their second use while
+        sampling. ``conditioning``: one sample's model keyword tensors, for models that take
+        them (a guided batch of n samples is a model batch of 2n). Call it while no request
+        is waiting or running. Returns the number of graphs captured."""
+        graphs = self._runner.graphs
+        if graphs is None:
+            raise RuntimeError("prepare_graphs needs a sampler made with cuda_graphs=True")
+        with self._lock:
+            busy = bool(self._inbox or len(self._queue) or self._active)
+        if busy:
+            raise RuntimeError("prepare_graphs must be called while the sampler is idle")
+        kwargs = self._on_device(conditioning)
+        before = graphs.captures
+        with torch.no_grad(), torch.cuda.device(self.device), torch.cuda.stream(self._stream):
+            for shape in shapes:
+                for b in batch_sizes:
+                    x = torch.zeros((b, *shape), device=self.device, dtype=self.dtype)
+                    t = torch.zeros(b, device=self.device)
+                    batched = {k: v.expand(b, *v.shape).contiguous() for k, v in kwargs.items()}
+                    for _ in range(2):  # the first call is the warm-up, the second is captured
+                        graphs(x, t, batched)
+        return graphs.captures - before
+
+    def iteration_timings(self) -> list[dict[str, float]]:
+        """With ``record_iterations``: per iteration since the last call, its ``samples``,
+        ``groups``, and times in ms: ``iteration`` (from the first model call's issue to the
+        step's end) and ``step`` (the fused step), device times from CUDA events on a GPU
+        (host times on the CPU), and ``step_host`` (host time to prepare and issue the step)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        with self._lock:
+            recorded, self._timings = self._timings, []
+        out, unfinished = [], []
+        for t in recorded:
+            if "events" in t and not t["events"][-1].query():  # an iteration still on the device
+                unfinished.append(t)
+                continue
+            t = dict(t)
+            if "events" in t:
+                start, before_step, end = t.pop("events")
+                t["iteration"], t["step"] = start.elapsed_time(end), before_step.elapsed_time(end)
+            out.append(t)
+        with self._lock:
+            self._timings[:0] = unfinished
+        return out
+
+    # -- the sampling thread -------------------------------------------------------------
+
+    def _loop(self) -> None:
+        context = contextlib.ExitStack()
+        context.enter_context(torch.no_grad())  # grad mode is per thread: this one samples, never trains
+        if self._stream is not None:
+            context.enter_context(torch.cuda.device(self.device))
+            context.enter_context(torch.cuda.stream(self._stream))
+        with context:
+            while True:
+                with self._lock:
+                    while not (self._inbox or self._active or len(self._queue) or self._closing):
+                        self._wakeup.wait()
+                    incoming, self._inbox = self._inbox, []
+                    closing, cancelling = self._closing, self._cancelling
+                for running in incoming:
+                    running.arrival = self._queue.push(running, running.priority, running.deadline)
+                if cancelling:
+                    self._cancel_everything()
+                    return
+                if closing and not (self._active or len(self._queue)):
+                    return
+                try:
+                    self._iterate()
+                except Exception as error:  # noqa: BLE001 (a failure of the loop fails the running requests only)
+                    self._abandon_active(error)
+
+    def _iterate(self) -> None:
+        for late in self._queue.expire(time.monotonic(), lambda r: r.started is None):
+            waited = time.monotonic() - late.submitted
+            self._fail(late, DeadlineExceeded(f"the request's deadline passed after {waited:.3f} s in the queue"),
+                       "expired")
+        self._admit()
+        if not self._active:
+            return
+        if self._layout_changed:
+            self._arena.rebuild(self._active)
+            self._plans = self._runner.plans(self._arena, lambda m: (m.priority, m.cond, m.neg,
+                                                                     m.request.guidance_scale))
+            self._sample_rows = to_device(np.array([m.slot for m in self._arena.members], dtype=np.int64),
+                                          self.device)
+            self._layout_changed = False
+        members = self._arena.members
+        timing = self._begin_timing(len(members))
+        timesteps = to_device(np.array([m.row.timesteps[m.step] for m in members]), self.device)
+        divisors = None
+        if any(m.divisors is not None for m in members):
+            divisors = to_device(torch.tensor([m.divisors[m.step] if m.divisors is not None else 1.0 for m in members],
+                                              dtype=self.dtype), self.device)
+        for member, error in self._runner.run(self._arena, self._plans, timesteps.float(), divisors):
+            self._fail(member, error, "failed")
+        step_host = time.perf_counter()
+        self._mark(timing)
+        noise = self._step_noise(members)
+        prev, _ = fused_step(self._arena.model_output, self._arena.latents, self._arena.offsets, timesteps,
+                             self._tables, sample_rows=self._sample_rows, noise=noise, state=self._arena.state)
+        self._arena.latents = prev
+        self._end_timing(timing, step_host)
+        self._counts["iterations"] += 1
+        self._counts["sample_steps"] += len(members)
+        for m in members:
+            if m.failed:
+                continue
+            m.step += 1
+            if m.step == m.row.num_steps:
+                self._finish(m)
+
+    # -- admission ----------------------------------------------------------------------
+
+    def _capacity(self) -> int:
+        head = self._queue.peek()
+        urgent = any(m.priority >= HIGH_PRIORITY for m in self._active) or (
+            head is not None and head.priority >= HIGH_PRIORITY)
+        if urgent and self.high_priority_batch is not None:
+            return min(self.max_batch, self.high_priority_batch)
+        return self.max_batch
+
+    def _fits(self, running: _Running) -> bool:
+        if len(self._active) >= self._capacity():
+            return False
+        used = sum(m.bytes for m in self._active)
+        return self.memory_budget is None or used + running.bytes <= self.memory_budget
+
+    def _admit(self) -> None:
+        if self.preempt:
+            self._park_for_priority()
+        while len(self._queue):
+            head = self._queue.peek()
+            if not self._fits(head):
+                return
+            self._queue.pop()
+            if head.started is None and not head.future.set_running_or_notify_cancel():
+                self._counts["cancelled"] += 1  # cancelled by its caller while it waited
+                continue
+            try:
+                joined = self._join(head)
+            except Exception as error:  # noqa: BLE001 (whatever went wrong is this request's)
+                self._fail(head, error, "failed")
+                continue
+            if joined:
+                self._active.append(head)
+                self._layout_changed = True
+
+    def _park_for_priority(self) -> None:
+        """Parks the lowest-priority running samples while a higher-priority request waits
+        without a place, or while the batch is above its high-priority cap."""
+        while self._active:
+            victim = min(self._active, key=lambda m: (m.priority, -m.arrival))
+            head = self._queue.peek()
+            over_cap = len(self._active) > self._capacity() and victim.priority < HIGH_PRIORITY
+            blocked = head is not None and head.priority > victim.priority and not self._fits(head)
+            if not (over_cap or blocked):
+                return
+            self._park(victim)
+
+    def _park(self, m: _Running) -> None:
+        if m.position is not None:
+            m.pending_latents, m.pending_state = self._arena.latents_of(m), self._arena.state_of(m)
+        m.position = None
+        self._release_slot(m)
+        self._active.remove(m)
+        self._layout_changed = True
+        self._queue.push(m, m.priority, m.deadline, arrival=m.arrival)
+        self._counts["parked"] += 1
+
+    def _join(self, m: _Running) -> bool:
+        """Gives the request a row of the tables (and, the first time, its conditioning on
+        the device); False (its future failed) where its conditioning cannot be used."""
+        if m.started is None:
+            try:
+                m.cond = self._on_device(m.request.conditioning)
+                m.neg = self._on_device(m.request.negative_conditioning)
+            except Exception as error:  # noqa: BLE001 (bad conditioning fails this request only)
+                self._fail(m, error, "failed")
+                return False
+            m.key = (m.shape, tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(m.cond.items())))
+            m.started = time.monotonic()
+        m.slot = self._free_slots.pop()
+        if self._tables is None:
+            self._tables = RowTables.build([m.row] * self.max_batch, self.device)
+        self._tables = self._tables.widened(m.row.num_steps, len(m.row.table))
+        self._tables.write(m.slot, m.row)
+        return True
+
+    def _on_device(self, tensors: Mapping[str, torch.Tensor] | None) -> dict:
+        return {k: to_device(v, self.device).to(self.dtype if v.is_floating_point() else v.dtype)
+                for k, v in (tensors or {}).items()}
+
+    def _release_slot(self, m: _Running) -> None:
+        if m.slot is not None:
+            self._free_slots.append(m.slot)
+            m.slot = None
+
+    # -- results ------------------------------------------------------------------------
+
+    def _finish(self, m: _Running) -> None:
+        latents = self._arena.latents_of(m)
+        done = None
+        if self._stream is not None:
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        self._leave(m)
+        self._counts["completed"] += 1
+        self._finisher.submit(self._resolve, m, latents, done)
+
+    @torch.no_grad()
+    def _resolve(self, m: _Running, latents: torch.Tensor, done) -> None:
+        try:
+            if done is not None:
+                done.synchronize()
+            finished = time.monotonic()
+            output = m.request.callback(latents) if m.request.callback is not None else None
+            m.future.set_result(SampleResult(latents, output, queued_s=m.started - m.submitted,
+                                             sampling_s=finished - m.started, iterations=m.row.num_steps))
+        except BaseException as error:  # noqa: BLE001 (the callback's failure is this request's)
+            m.future.set_exception(error)
+
+    def _fail(self, m: _Running, error: BaseException, counter: str) -> None:
+        m.failed = True
+        if m in self._active:
+            self._leave(m)
+        self._release_slot(m)
+        self._counts[counter] += 1
+        if m.future.running() or m.future.set_running_or_notify_cancel():
+            m.future.set_exception(error)
+
+    def _leave(self, m: _Running) -> None:
+        self._active.remove(m)
+        self._release_slot(m)
+        self._layout_changed = True
+
+    def _abandon_active(self, error: BaseException) -> None:
+        for m in list(self._active):
+            self._fail(m, error, "failed")
+        self._arena = LatentArena(self.device, self.dtype)
+        self._layout_changed = True
+
+    def _cancel_everything(self) -> None:
+        for m in self._queue.drain() + list(self._active):
+            if m in self._active:
+                self._leave(m)
+            if not m.future.cancel():  # already running: cancel() refuses, so say it
+                m.future.set_exception(concurrent.futures.CancelledError("the sampler was closed"))
+            self._counts["cancelled"] += 1
+
+    # -- per-iteration pieces -----------------------------------------------------------
+
+    def _initial_latents(self, request: SamplingRequest, row: SamplerRow, running: _Running) -> torch.Tensor:
+        """The request's noise (drawn on the CPU from its seed), times init_noise_sigma."""
+        if request.noise is not None:
+            noise = request.noise.detach().to("cpu", self.dtype)
+        else:
+            seed = request.seed if request.seed is not None else int(torch.randint(0, 2**62, ()).item())
+            generator = torch.Generator().manual_seed(seed)
+            noise = torch.randn(running.shape, generator=generator, dtype=self.dtype)
+            if request.eta:  # DDIM's step noise continues the same generator, as in a diffusers pipeline
+                running.generator = generator
+        if row.init_noise_sigma != 1.0:
+            noise = noise * row.init_noise_sigma
+        # Pinned, so that joining the batch copies it without waiting for the sampler's stream.
+        return noise.pin_memory() if self.device.type == "cuda" else noise
+
+    def _estimate_bytes(self, m: _Running) -> int:
+        numel = math.prod(m.shape)
+        guided = 2 if m.request.guidance_scale is not None else 1
+        buffers = 3 + m.row.state_rows + 2 * (guided - 1)  # latents, model output, the step's output, state, copies
+        element = torch.empty((), dtype=self.dtype).element_size()
+        return int(numel * (element * buffers + self.model_bytes_per_element * guided))
+
+    def _step_noise(self, members) -> torch.Tensor | None:
+        """DDIM's step noise where a sample has eta > 0 (drawn from its generator, as
+        diffusers draws it); None where none has."""
+        if not any(m.generator is not None and not m.failed for m in members):
+            return None
+        noise = torch.zeros(self._arena.latents.numel(), dtype=self.dtype)
+        offsets = np.concatenate([[0], np.cumsum([math.prod(m.shape) for m in members])])
+        for m, start, end in zip(members, offsets[:-1], offsets[1:]):
+            if m.generator is not None and not m.failed:
+                noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=self.dtype).reshape(-1)
+        return to_device(noise, self.device)
+
+    def _begin_timing(self, samples: int) -> dict | None:
+        if not self._record:
+            return None
+        timing = dict(samples=samples, groups=len(self._arena.groups), host_start=time.perf_counter())
+        if self._stream is not None:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record(self._stream)
+            timing["events"] = [start]
+        return timing
+
+    def _mark(self, timing: dict | None) -> None:
+        if timing is not None and "events" in timing:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self._stream)
+            timing["events"].append(event)
+        elif timing is not None:
+            timing["host_before_step"] = time.perf_counter()
+
+    def _end_timing(self, timing: dict | None, step_host: float) -> None:
+        if timing is None:
+            return
+        now = time.perf_counter()
+        timing["step_host"] = (now - step_host) * 1e3
+        if "events" in timing:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(self._stream)
+            timing["events"].append(event)
+        else:
+            timing["iteration"] = (now - timing.pop("host_start")) * 1e3
+            timing["step"] = (now - timing.pop("host_before_step")) * 1e3
+        timing.pop("host_start", None)
+        with self._lock:
+            self._timings.append(timing)

@@ -1,0 +1,218 @@
+"""The model calls of one continuous-sampler iteration: one batched call per group.
+
+Each group's call scales its inputs where the sampler needs it (Euler's
+``scale_model_input``), doubles the samples that use classifier-free guidance (their
+unconditional halves appended), runs the model, combines ``uncond + scale * (cond - uncond)``
+per sample with its own scale, and writes the result into the arena's model-output region.
+On CUDA the groups run concurrently on streams leased from a :class:`~octopus.StreamScheduler`
+(higher-priority groups first, on high-priority streams), optionally as CUDA graphs captured
+per (input shape, batch); on the CPU they run one after another.
+
+A call that raises is retried one sample at a time, so that one request's bad conditioning
+fails only that request.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from .arena import Group, LatentArena
+from .rows import to_device
+
+LEASE_KIND = "octopus.diffusion.model"
+
+
+@dataclasses.dataclass(eq=False)
+class GroupCall:
+    """What a group's call needs beyond its latents, built once per arena layout."""
+
+    group: Group
+    priority: int
+    cond: dict            # keyword -> [n, ...] every member's conditioning
+    neg: dict             # keyword -> [c, ...] the guided members' unconditional conditioning
+    guided: torch.Tensor | None   # local indices of the guided members (None: none is)
+    all_guided: bool
+    scales: torch.Tensor | None   # [c, 1, ...] their guidance scales (latent dtype)
+
+
+def model_output_of(result: Any) -> torch.Tensor:
+    """The prediction in what a model returned (a tensor, diffusers' output object, a tuple)."""
+    if isinstance(result, torch.Tensor):
+        return result
+    sample = getattr(result, "sample", None)
+    if isinstance(sample, torch.Tensor):
+        return sample
+    if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):
+        return result[0]
+    raise TypeError(f"the model returned {type(result).__name__}; expected a tensor, an object with .sample, "
+                    "or a tuple whose first entry is the prediction")
+
+
+class CapturedCalls:
+    """CUDA graphs of a model, one per (input shapes, dtypes): a key's first call runs eagerly
+    (its warm-up), its second is captured, later ones replay. At most ``max_graphs`` are
+    kept (the least recently used is dropped); a key whose capture fails runs eagerly."""
+
+    def __init__(self, model: Callable, max_graphs: int):
+        self.model, self.max_graphs = model, max_graphs
+        self._graphs: collections.OrderedDict = collections.OrderedDict()
+        self._seen: set = set()
+        self._eager_only: set = set()
+        self.captures = 0
+
+    def __call__(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        key = (tuple(x.shape), x.dtype, tuple(t.shape),
+               tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(kwargs.items())))
+        entry = self._graphs.get(key)
+        if entry is None:
+            if key in self._eager_only or key not in self._seen:
+                self._seen.add(key)
+                return model_output_of(self.model(x, t, **kwargs))
+            entry = self._capture(key, x, t, kwargs)
+            if entry is None:
+                return model_output_of(self.model(x, t, **kwargs))
+        self._graphs.move_to_end(key)
+        graph, static_x, static_t, static_kwargs, static_out = entry
+        static_x.copy_(x)
+        static_t.copy_(t)
+        for k, v in kwargs.items():
+            static_kwargs[k].copy_(v)
+        graph.replay()
+        return static_out
+
+    def _capture(self, key, x, t, kwargs):
+        static_x, static_t = x.clone(), t.clone()
+        static_kwargs = {k: v.clone() for k, v in kwargs.items()}
+        graph = torch.cuda.CUDAGraph()
+        try:
+            # thread_local: the sampler's finishing thread may use CUDA meanwhile.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                static_out = model_output_of(self.model(static_x, static_t, **static_kwargs))
+        except Exception:  # noqa: BLE001 (a model that cannot be captured runs eagerly)
+            self._eager_only.add(key)
+            return None
+        self.captures += 1
+        self._graphs[key] = (graph, static_x, static_t, static_kwargs, static_out)
+        while len(self._graphs) > self.max_graphs:
+            self._graphs.popitem(last=False)
+        return self._graphs[key]
+
+
+class ModelRunner:
+    """Runs the model for every group of an arena and fills its model-output buffer."""
+
+    def __init__(self, model: Callable, device: torch.device, stream_scheduler=None, cuda_graphs: bool = False,
+                 max_graphs: int = 64):
+        if cuda_graphs and device.type != "cuda":
+            raise ValueError("cuda_graphs needs a CUDA device")
+        self.device = device
+        self.model = model
+        self.streams = stream_scheduler if device.type == "cuda" else None
+        self.graphs = CapturedCalls(model, max_graphs) if cuda_graphs else None
+
+    def plans(self, arena: LatentArena, conditioning: Callable[[Any], tuple]) -> list[GroupCall]:
+        """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale)."""
+        plans = []
+        for group in arena.groups:
+            infos = [conditioning(m) for m in group.members]
+            guided = [j for j, info in enumerate(infos) if info[3] is not None]
+            cond = {k: torch.stack([info[1][k] for info in infos]) for k in infos[0][1]}
+            neg = {k: torch.stack([infos[j][2][k] for j in guided]) for k in infos[0][1]} if guided else {}
+            scales = guided_rows = None
+            if guided:
+                scales = to_device(torch.tensor([float(infos[j][3]) for j in guided], dtype=arena.dtype), self.device)
+                scales = scales.view(-1, *(1,) * len(group.shape))
+                guided_rows = to_device(torch.tensor(guided, dtype=torch.int64), self.device)
+            plans.append(GroupCall(group, max(info[0] for info in infos), cond, neg, guided_rows,
+                                   len(guided) == group.size, scales))
+        return plans
+
+    def run(self, arena: LatentArena, plans: Sequence[GroupCall], timesteps: torch.Tensor,
+            divisors: torch.Tensor | None) -> list[tuple[Any, BaseException]]:
+        """Fills ``arena.model_output``; returns (member, exception) for the samples whose call
+        failed (their output region is left as it was)."""
+        ordered = sorted(plans, key=lambda p: -p.priority)
+        if self.streams is None:
+            return [f for p in ordered for f in self._run_group(arena, p, timesteps, divisors)]
+        engine = torch.cuda.current_stream(self.device)
+        ready = torch.cuda.Event()
+        ready.record(engine)
+        leases, failures = [], []
+        try:
+            for p in ordered:
+                stream = self._leased_stream(p, leases)
+                stream.wait_event(ready)
+                with torch.cuda.stream(stream):
+                    failures += self._run_group(arena, p, timesteps, divisors)
+        finally:
+            for lease in leases:
+                lease.release().wait(engine)
+        return failures
+
+    def _leased_stream(self, plan: GroupCall, leases: list) -> torch.cuda.Stream:
+        """A stream of its own for the group where the scheduler has one; else the first
+        group's (holding every lease until all groups are issued keeps their streams apart)."""
+        shape = (plan.group.size, *plan.group.shape)
+        if not leases:
+            leases.append(self.streams.acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device,
+                                               timeout=None))
+            return leases[0].stream
+        lease = self.streams.try_acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device)
+        if lease is None:
+            return leases[0].stream
+        leases.append(lease)
+        return lease.stream
+
+    def _run_group(self, arena: LatentArena, plan: GroupCall, timesteps, divisors) -> list:
+        group = plan.group
+        rows = slice(group.start, group.start + group.size)
+        x = arena.group_latents(group)
+        if divisors is not None:
+            x = x / divisors[rows].view(-1, *(1,) * len(group.shape))
+        out = arena.group_output(group)
+        try:
+            self._guided_call(x, timesteps[rows], plan.cond, plan.neg, plan.guided, plan.all_guided, plan.scales,
+                              out)
+            return []
+        except Exception as error:  # noqa: BLE001 (isolated below)
+            if group.size == 1:
+                return [(group.members[0], error)]
+        failures = []
+        guided = plan.guided.tolist() if plan.guided is not None else []
+        for j, member in enumerate(group.members):
+            one = slice(j, j + 1)
+            g = guided.index(j) if j in guided else None
+            try:
+                self._guided_call(x[one], timesteps[rows][one], {k: v[one] for k, v in plan.cond.items()},
+                                  {k: v[g:g + 1] for k, v in plan.neg.items()} if g is not None else {},
+                                  None, g is not None, plan.scales[g:g + 1] if g is not None else None, out[one])
+            except Exception as error:  # noqa: BLE001 (this sample's own failure)
+                failures.append((member, error))
+        return failures
+
+    def _guided_call(self, x, t, cond, neg, guided, all_guided, scales, out) -> None:
+        n = x.shape[0]
+        if scales is None:
+            out.copy_(self._call(x, t, cond))
+            return
+        kwargs = {k: torch.cat([v, neg[k]]) for k, v in cond.items()}  # the unconditional halves after
+        if all_guided:
+            both = self._call(torch.cat([x, x]), torch.cat([t, t]), kwargs)
+            text, uncond = both[:n], both[n:]
+            torch.add(uncond, scales * (text - uncond), out=out)  # diffusers' formula, per sample
+            return
+        x_g, t_g = x.index_select(0, guided), t.index_select(0, guided)
+        both = self._call(torch.cat([x, x_g]), torch.cat([t, t_g]), kwargs)
+        out.copy_(both[:n])
+        text, uncond = both[:n].index_select(0, guided), both[n:]
+        out.index_copy_(0, guided, uncond + scales * (text - uncond))
+
+    def _call(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        result = self.graphs(x, t, kwargs) if self.graphs is not None else model_output_of(self.model(x, t, **kwargs))
+        if result.shape != x.shape:
+            raise ValueError(f"the model returned shape {tuple(result.shape)} for input {tuple(x.shape)}")
+        return result

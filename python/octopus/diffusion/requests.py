@@ -1,0 +1,225 @@
+"""What a caller asks the continuous sampler for, what it gets back, and the admission queue.
+
+A :class:`SamplingRequest` is checked and resolved on the caller's thread when it is
+submitted (its scheduler becomes a :class:`~octopus.diffusion.rows.SamplerRow`, its
+initial noise is drawn), so that bad input raises at ``submit`` and the sampling loop only
+ever sees requests it can run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+import operator
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..scheduler import _priority
+from . import schedulers
+from .rows import SamplerRow
+
+_SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, schedulers.EulerDiscreteScheduler,
+                                            schedulers.FlowMatchEulerDiscreteScheduler,
+                                            schedulers.DPMSolverMultistepScheduler,
+                                            schedulers.UniPCMultistepScheduler)}
+
+
+class DeadlineExceeded(TimeoutError):
+    """A request's deadline passed before it could start."""
+
+
+@dataclasses.dataclass
+class SamplingRequest:
+    """One image (or any latent) to sample.
+
+    Args:
+        shape: the latent's shape, e.g. ``(4, 64, 64)``; requests of different shapes share
+            the running batch (each shape is its own model call).
+        num_inference_steps: steps of its schedule.
+        scheduler: its sampler: an ``octopus.diffusion`` scheduler (instance or class), a
+            diffusers scheduler (instance or class) or either's class name; None: the
+            sampler's default. Its configuration is ``scheduler_config`` (a diffusers config
+            dict, as ``from_config`` takes it) over the scheduler's own.
+        seed: seeds the initial noise (and DDIM's step noise where ``eta`` > 0), drawn on the
+            CPU as ``torch.randn(shape, generator=torch.Generator().manual_seed(seed))``.
+        noise: the initial noise itself (``shape``), instead of a seed. Either is scaled by
+            the scheduler's ``init_noise_sigma``.
+        conditioning: keyword arguments of the model for this sample, tensors without the
+            batch dimension (e.g. ``encoder_hidden_states`` of shape ``[77, 768]``).
+        negative_conditioning: the unconditional counterpart, for classifier-free guidance.
+        guidance_scale: classifier-free guidance ``uncond + scale * (cond - uncond)``, the
+            model run on both halves in one batch; None: no guidance.
+        eta: DDIM's stochasticity (needs ``seed``).
+        mu: the time shift of a flow-matching scheduler with use_dynamic_shifting.
+        priority: ``"low"``, ``"normal"``, ``"high"`` or an int (higher first).
+        deadline: seconds from submission by which the request must have started; later,
+            it fails with :class:`DeadlineExceeded`. Within a priority, earlier deadlines
+            are admitted first.
+        callback: called with the final latents (``shape``, on the sampler's device) on the
+            sampler's finishing thread under ``torch.no_grad()``, e.g. to decode them; its
+            return value is the result's ``output``. If it raises, the request's future gets
+            the exception.
+    """
+
+    shape: Sequence[int]
+    num_inference_steps: int = 50
+    scheduler: Any = None
+    scheduler_config: Mapping[str, Any] | None = None
+    seed: int | None = None
+    noise: torch.Tensor | None = None
+    conditioning: Mapping[str, torch.Tensor] | None = None
+    negative_conditioning: Mapping[str, torch.Tensor] | None = None
+    guidance_scale: float | None = None
+    eta: float = 0.0
+    mu: float | None = None
+    priority: int | str = "normal"
+    deadline: float | None = None
+    callback: Callable[[torch.Tensor], Any] | None = None
+
+
+@dataclasses.dataclass
+class SampleResult:
+    """What a request's future resolves to: the final latents, the callback's output (None
+    without a callback), and where the time went."""
+
+    latents: torch.Tensor
+    output: Any = None
+    queued_s: float = 0.0     # from submission to the first step
+    sampling_s: float = 0.0   # from the first step to the last one's completion
+    iterations: int = 0       # sampler iterations the request took part in (its steps)
+
+
+def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None, cache: dict) -> Any:
+    """The ``octopus.diffusion`` scheduler a request names (built once per class and config)."""
+    if isinstance(spec, schedulers._BatchedScheduler):
+        if config:
+            raise ValueError("scheduler_config cannot be combined with a scheduler instance (pass its class)")
+        return spec
+    base: Mapping[str, Any] = {}
+    if isinstance(spec, str):
+        name = spec
+    elif isinstance(spec, type):
+        name = spec.__name__
+    elif isinstance(spec, Mapping) and "_class_name" in spec:
+        name, base = spec["_class_name"], spec
+    elif hasattr(spec, "config"):  # a diffusers scheduler instance
+        name, base = type(spec).__name__, spec.config
+    else:
+        raise TypeError(f"scheduler must be an octopus.diffusion or diffusers scheduler (instance or class), its "
+                        f"name, or a diffusers config with _class_name; got {type(spec).__name__}")
+    cls = _SCHEDULERS.get(name)
+    if cls is None:
+        raise ValueError(f"scheduler {name!r} is not fused by octopus; choose from {sorted(_SCHEDULERS)}")
+    merged = {k: v for k, v in dict(base).items() if not k.startswith("_")}
+    merged.update(config or {})
+    key = (cls, repr(sorted(merged.items())))
+    if key not in cache:
+        cache[key] = cls.from_config(merged)
+    return cache[key]
+
+
+def sampler_row(scheduler: Any, request: SamplingRequest) -> SamplerRow:
+    """The request's sampler as one row of the fused step's tables."""
+    steps = request.num_inference_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"num_inference_steps must be a positive int, got {steps!r}")
+    options: dict = {}
+    if request.eta:
+        if not isinstance(scheduler, schedulers.DDIMScheduler):
+            raise ValueError(f"eta is a DDIM option; {type(scheduler).__name__} has none")
+        if request.eta < 0:
+            raise ValueError(f"eta must be non-negative, got {request.eta}")
+        if request.seed is None:
+            raise ValueError("eta > 0 draws noise at every step: give the request a seed")
+        options["eta"] = float(request.eta)
+    if request.mu is not None:
+        if not isinstance(scheduler, schedulers.FlowMatchEulerDiscreteScheduler):
+            raise ValueError(f"mu is a flow-matching option; {type(scheduler).__name__} has none")
+        options["mu"] = float(request.mu)
+    return scheduler.sampler_row(steps, **options)
+
+
+def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float | None]:
+    """The request's (shape, priority, absolute deadline); ValueError / TypeError naming the field."""
+    if not isinstance(request, SamplingRequest):
+        raise TypeError(f"request must be a SamplingRequest, got {type(request).__name__}")
+    try:
+        if isinstance(request.shape, (str, bytes)):
+            raise TypeError
+        shape = tuple(operator.index(s) for s in request.shape)
+    except TypeError:
+        raise TypeError(f"shape must be a sequence of ints, got {request.shape!r}") from None
+    if not shape or any(s < 1 for s in shape):
+        raise ValueError(f"shape must be positive extents, e.g. (4, 64, 64), got {shape}")
+    if request.noise is not None:
+        if not isinstance(request.noise, torch.Tensor) or tuple(request.noise.shape) != shape:
+            raise ValueError(f"noise must be a tensor of the request's shape {shape}")
+    priority = _priority(request.priority)
+    deadline = None
+    if request.deadline is not None:
+        finite = isinstance(request.deadline, (int, float)) and math.isfinite(request.deadline)
+        if not finite or request.deadline <= 0:
+            raise ValueError(f"deadline must be a positive number of seconds from now, got {request.deadline!r}")
+        deadline = time.monotonic() + float(request.deadline)
+    if request.callback is not None and not callable(request.callback):
+        raise TypeError("callback must be callable")
+    for name in ("conditioning", "negative_conditioning"):
+        value = getattr(request, name)
+        if value is None:
+            continue
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                     for k, v in value.items()):
+            raise TypeError(f"{name} must be a mapping of model keyword names to tensors")
+    if request.guidance_scale is not None:
+        cond, neg = request.conditioning or {}, request.negative_conditioning or {}
+        if not cond or not neg:
+            raise ValueError("guidance_scale needs conditioning and negative_conditioning")
+        if {k: tuple(v.shape) for k, v in cond.items()} != {k: tuple(v.shape) for k, v in neg.items()}:
+            raise ValueError("negative_conditioning must have the same keys and shapes as conditioning")
+        if not math.isfinite(float(request.guidance_scale)):
+            raise ValueError(f"guidance_scale must be finite, got {request.guidance_scale}")
+    elif request.negative_conditioning is not None:
+        raise ValueError("negative_conditioning without guidance_scale would be unused")
+    return shape, priority, deadline
+
+
+class AdmissionQueue:
+    """Waiting requests, served by priority, then earliest deadline, then arrival."""
+
+    def __init__(self):
+        self._heap: list = []
+        self._arrivals = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, entry: Any, priority: int, deadline: float | None, arrival: int | None = None) -> int:
+        """Queues ``entry``; returns its arrival number (pass it back to keep its place)."""
+        arrival = next(self._arrivals) if arrival is None else arrival
+        heapq.heappush(self._heap, (-priority, math.inf if deadline is None else deadline, arrival, entry))
+        return arrival
+
+    def peek(self) -> Any | None:
+        return self._heap[0][3] if self._heap else None
+
+    def pop(self) -> Any:
+        return heapq.heappop(self._heap)[3]
+
+    def drain(self) -> list:
+        """Every entry, emptying the queue."""
+        entries = [item[3] for item in self._heap]
+        self._heap.clear()
+        return entries
+
+    def expire(self, now: float, can_expire: Callable[[Any], bool] = lambda entry: True) -> list:
+        """Removes and returns the entries whose deadline has passed (of those ``can_expire``
+        accepts)."""
+        late = [item for item in self._heap if item[1] < now and can_expire(item[3])]
+        if late:
+            self._heap = [item for item in self._heap if not any(item is x for x in late)]
+            heapq.heapify(self._heap)
+        return [item[3] for item in late]

@@ -1,0 +1,411 @@
+"""octopus.diffusion.ContinuousSampler: every request's final latents equal running it alone
+with diffusers' own scheduler (same model, same noise), with requests of mixed shapes,
+samplers, step counts, guidance and arrival times in one continuously refilled batch; and
+admission (max_batch, memory budget, priority, deadlines, preemption), failure isolation and
+close()."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import octopus
+from conftest import HAS_CUDA
+from octopus import diffusion as od
+
+diffusers = pytest.importorskip("diffusers")
+
+# (scheduler, config, options): every fused sampler, with a few of its configurations.
+SAMPLERS = [
+    ("DDIMScheduler", {}, {}),
+    ("DDIMScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing", clip_sample=False), {}),
+    ("DDIMScheduler", dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), dict(eta=0.6)),
+    ("EulerDiscreteScheduler", {}, {}),
+    ("EulerDiscreteScheduler", dict(timestep_spacing="leading", steps_offset=1, prediction_type="v_prediction"), {}),
+    ("FlowMatchEulerDiscreteScheduler", dict(shift=3.0), {}),
+    ("FlowMatchEulerDiscreteScheduler", dict(use_dynamic_shifting=True), dict(mu=0.7)),
+    ("DPMSolverMultistepScheduler", {}, {}),
+    ("DPMSolverMultistepScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing"), {}),
+    ("UniPCMultistepScheduler", {}, {}),
+    ("UniPCMultistepScheduler", dict(prediction_type="sample", timestep_spacing="leading", steps_offset=1), {}),
+]
+SHAPES = [(4, 8, 8), (4, 8, 12), (4, 16, 8)]
+
+
+def tiny_unet(dtype=torch.float64, device="cpu"):
+    torch.manual_seed(0)
+    model = diffusers.UNet2DModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16),
+                                  layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                                  up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=4,
+                                  attention_head_dim=8)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def tiny_conditional_unet(dtype=torch.float64, device="cpu"):
+    torch.manual_seed(1)
+    model = diffusers.UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16),
+                                           layers_per_block=1, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                           up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=12,
+                                           norm_num_groups=4, attention_head_dim=4)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def requests_for(seed, n, samplers=SAMPLERS, max_steps=9):
+    """n requests: shapes, samplers and step counts drawn at random, each with its seed."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        name, config, options = samplers[int(torch.randint(len(samplers), (1,), generator=g))]
+        shape = SHAPES[int(torch.randint(len(SHAPES), (1,), generator=g))]
+        steps = 1 if i == 0 else int(torch.randint(2, max_steps + 1, (1,), generator=g))
+        out.append(dict(shape=shape, scheduler=name, scheduler_config=config, num_inference_steps=steps,
+                        seed=1000 + i, **options))
+    return out
+
+
+@torch.no_grad()
+def diffusers_alone(model, request, dtype, device="cpu", cond=None, neg=None, scale=None):
+    """What a user writes today: the request alone through diffusers' scheduler (a pipeline's
+    loop: init_noise_sigma, scale_model_input, classifier-free guidance, step)."""
+    sched = getattr(diffusers, request["scheduler"]).from_config(request["scheduler_config"])
+    kwargs = {"mu": request["mu"]} if "mu" in request else {}
+    sched.set_timesteps(request["num_inference_steps"], **kwargs)
+    g = torch.Generator().manual_seed(request["seed"])
+    x = torch.randn(request["shape"], generator=g, dtype=dtype)[None].to(device)
+    x = x * getattr(sched, "init_noise_sigma", 1.0)
+    step_kwargs = dict(eta=request["eta"], generator=g) if "eta" in request else {}
+    for t in sched.timesteps:
+        inp = sched.scale_model_input(x, t) if hasattr(sched, "scale_model_input") else x
+        if scale is None:
+            out = model(inp, t, **({} if cond is None else {k: v[None] for k, v in cond.items()})).sample
+        else:
+            both = model(torch.cat([inp, inp]), t, **{k: torch.stack([cond[k], neg[k]]) for k in cond}).sample
+            text, uncond = both.chunk(2)
+            out = uncond + scale * (text - uncond)
+        x = sched.step(out, t, x, **step_kwargs).prev_sample
+    return x[0]
+
+
+def assert_matches(got, expected, rtol):
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=rtol * expected.abs().max().item())
+
+
+def submit_in_waves(sampler, requests, waves=3):
+    """Submits the requests in waves, each once the sampler has run a few more iterations,
+    so that later requests join a batch already in flight."""
+    futures, per_wave = [], -(-len(requests) // waves)
+    for w in range(waves):
+        futures += [sampler.submit(**r) for r in requests[w * per_wave:(w + 1) * per_wave]]
+        target = sampler.stats()["iterations"] + 2
+        deadline = time.monotonic() + 30
+        while sampler.stats()["iterations"] < target and sampler.stats()["running"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return futures
+
+
+def test_codes_come_from_the_library():
+    assert od.SAMPLER_KINDS == ("ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc")
+    assert od.PREDICTION_TYPES == ("epsilon", "v_prediction", "sample", "flow")
+
+
+def test_mixed_requests_match_diffusers_alone_float64():
+    model = tiny_unet()
+    requests = requests_for(0, 12)
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4, record_iterations=True) as sampler:
+        futures = submit_in_waves(sampler, requests)
+        results = [f.result(timeout=300) for f in futures]
+        timings = sampler.iteration_timings()
+    assert max(t["samples"] for t in timings) == 4  # full batches, refilled
+    assert max(t["groups"] for t in timings) >= 2    # of several shapes at once
+    for request, result in zip(requests, results):
+        assert result.latents.shape == request["shape"] and result.latents.dtype == torch.float64
+        assert result.iterations == request["num_inference_steps"]
+        assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
+
+
+def test_classifier_free_guidance_per_request_float64():
+    model = tiny_conditional_unet()
+    g = torch.Generator().manual_seed(5)
+    requests, conds = [], []
+    for i, scale in enumerate([7.5, None, 2.0, 1.0, None, 4.0]):
+        r = requests_for(10 + i, 1, samplers=SAMPLERS[:2] + SAMPLERS[7:])[0] | dict(num_inference_steps=3 + i % 3)
+        cond = {"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)}
+        neg = {"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)}
+        conds.append((cond, neg if scale is not None else None, scale))
+        requests.append(r | dict(conditioning=cond, guidance_scale=scale,
+                                 negative_conditioning=neg if scale is not None else None))
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4) as sampler:
+        results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests, waves=2)]
+    for request, (cond, neg, scale), result in zip(requests, conds, results):
+        expected = diffusers_alone(model, request, torch.float64, cond=cond, neg=neg, scale=scale)
+        assert_matches(result.latents, expected, rtol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+@pytest.mark.parametrize("dtype, rtol, graphs", [(torch.float64, 1e-6, False), (torch.float32, 1e-5, False),
+                                                 (torch.float32, 1e-5, True)], ids=["float64", "float32", "graphs"])
+def test_mixed_requests_match_diffusers_alone_cuda(dtype, rtol, graphs):
+    # TF32 and batch-size-dependent convolution algorithms would differ by far more than 1e-5.
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.enabled
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.enabled = False
+    try:
+        model = tiny_unet(dtype, "cuda")
+        requests = requests_for(1, 16, max_steps=12)
+        streams = octopus.StreamScheduler(4)
+        with torch.no_grad(), od.ContinuousSampler(model, max_batch=6, stream_scheduler=streams,
+                                                   cuda_graphs=graphs) as sampler:
+            if graphs:  # every (shape, batch) call a graph from the start (others are captured on second use)
+                assert sampler.prepare_graphs(SHAPES, range(1, 7)) == len(SHAPES) * 6
+            results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests)]
+            captured = sampler.stats()["graphs_captured"]
+        assert streams.stats()["active"] == 0  # every lease came back
+        assert (captured >= 18) == graphs
+        for request, result in zip(requests, results):
+            assert result.latents.device.type == "cuda"
+            assert_matches(result.latents.cpu(), diffusers_alone(model, request, dtype, "cuda").cpu(), rtol=rtol)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.enabled = saved
+
+
+class GatedModel(torch.nn.Module):
+    """A model that holds its calls number `pauses` (1: the first) until `release(call)`;
+    records each call's batch size."""
+
+    def __init__(self, model, pauses=(1,)):
+        super().__init__()
+        self.model, self.calls, self.batches = model, 0, []
+        self.paused = {k: threading.Event() for k in pauses}
+        self.gates = {k: threading.Event() for k in pauses}
+
+    def forward(self, x, t, **kwargs):
+        self.calls += 1
+        if self.calls in self.gates:
+            self.paused[self.calls].set()
+            self.gates[self.calls].wait(timeout=60)
+        self.batches.append(x.shape[0])
+        return self.model(x, t, **kwargs)
+
+    def wait_paused(self, call):
+        assert self.paused[call].wait(timeout=60), f"the model never reached call {call}"
+
+    def release(self, call=1):
+        self.gates[call].set()
+
+
+def blocked_sampler(max_batch=1, **options):
+    """A sampler with one long request running and the model gated shut."""
+    model = GatedModel(tiny_unet())
+    sampler = od.ContinuousSampler(model, max_batch=max_batch, **options)
+    blocker = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=2, seed=0)
+    model.wait_paused(1)
+    return model, sampler, blocker
+
+
+def finish_order(sampler, model, names_priorities_deadlines):
+    order, futures = [], []
+    for name, priority, deadline in names_priorities_deadlines:
+        futures.append(sampler.submit(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", num_inference_steps=1,
+                                      seed=1, priority=priority, deadline=deadline,
+                                      callback=lambda latents, name=name: order.append(name)))
+    model.release()  # every request is queued behind the blocker
+    return order, futures
+
+
+def test_priority_then_deadline_then_arrival():
+    with torch.no_grad():
+        model, sampler, blocker = blocked_sampler()
+        order, futures = finish_order(sampler, model, [
+            ("low", "low", None), ("normal-late", "normal", 60.0), ("normal-first", "normal", None),
+            ("high", "high", None), ("normal-early", "normal", 30.0), ("urgent", 5, None)])
+        for f in futures + [blocker]:
+            f.result(timeout=120)
+        sampler.close()
+    assert order == ["urgent", "high", "normal-early", "normal-late", "normal-first", "low"]
+
+
+def test_a_request_whose_deadline_passes_in_the_queue_fails_alone():
+    with torch.no_grad():
+        model, sampler, blocker = blocked_sampler()
+        late = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=1, seed=2, deadline=0.01)
+        fine = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=1, seed=3)
+        time.sleep(0.1)
+        model.release()
+        with pytest.raises(od.DeadlineExceeded, match="deadline"):
+            late.result(timeout=120)
+        assert fine.result(timeout=120).latents.shape == (4, 8, 8)
+        assert sampler.stats()["expired"] == 1
+        sampler.close()
+
+
+@pytest.mark.parametrize("limit", ["max_batch", "memory_budget"])
+def test_admission_respects_max_batch_and_memory_budget(limit):
+    model = tiny_unet()
+    one = 4 * 8 * 8 * 8 * 4  # float64 elements x (latents, model output, step output, one state row)
+    options = dict(max_batch=2) if limit == "max_batch" else dict(max_batch=16, memory_budget=2 * one + 100)
+    requests = [dict(shape=(4, 8, 8), scheduler="DPMSolverMultistepScheduler", num_inference_steps=2 + i % 3,
+                     seed=i) for i in range(7)]
+    with torch.no_grad(), od.ContinuousSampler(model, record_iterations=True, **options) as sampler:
+        results = [f.result(timeout=300) for f in [sampler.submit(**r) for r in requests]]
+        samples = [t["samples"] for t in sampler.iteration_timings()]
+    assert max(samples) == 2
+    for request, result in zip(requests, results):
+        assert_matches(result.latents, diffusers_alone(model, request | dict(scheduler_config={}), torch.float64),
+                       rtol=1e-6)
+
+
+def test_a_request_larger_than_the_memory_budget_is_refused_at_submit():
+    with od.ContinuousSampler(tiny_unet(), memory_budget=10_000) as sampler:
+        with pytest.raises(ValueError, match="memory_budget"):
+            sampler.submit(shape=(4, 64, 64), scheduler="DDIMScheduler", seed=0)
+
+
+def test_preemption_parks_a_low_priority_sample_and_resumes_it_exactly():
+    inner = tiny_unet()
+    model = GatedModel(inner, pauses=(3,))  # holds the sampler in the low-priority request's third step
+    low = dict(shape=(4, 8, 12), scheduler="UniPCMultistepScheduler", scheduler_config={}, num_inference_steps=8,
+               seed=7)
+    high = dict(shape=(4, 8, 8), scheduler="DPMSolverMultistepScheduler", scheduler_config={}, num_inference_steps=3,
+                seed=8)
+    order = []
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=1, preempt=True) as sampler:
+        low_future = sampler.submit(**low, priority="low", callback=lambda x: order.append("low"))
+        model.wait_paused(3)
+        high_future = sampler.submit(**high, priority="high", callback=lambda x: order.append("high"))
+        model.release(3)
+        low_result, high_result = low_future.result(timeout=300), high_future.result(timeout=300)
+        assert sampler.stats()["parked"] >= 1
+    assert order == ["high", "low"]
+    assert_matches(low_result.latents, diffusers_alone(inner, low, torch.float64), rtol=1e-6)
+    assert_matches(high_result.latents, diffusers_alone(inner, high, torch.float64), rtol=1e-6)
+
+
+def test_high_priority_batch_caps_the_batch_while_high_priority_work_runs():
+    model = GatedModel(tiny_unet(), pauses=(1, 2))
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4, high_priority_batch=1, preempt=True) as sampler:
+        lows = [sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=12, seed=0,
+                               priority="low")]
+        model.wait_paused(1)  # the first low-priority request is in its first step
+        lows += [sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=12, seed=i,
+                                priority="low") for i in (1, 2)]
+        model.release(1)
+        model.wait_paused(2)  # all three in one step
+        high = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=3, seed=9,
+                              priority="high")
+        model.release(2)
+        high.result(timeout=300)
+        for f in lows:
+            f.result(timeout=300)
+        assert sampler.stats()["parked"] == 3
+    assert model.batches[:2] == [1, 3]
+    assert model.batches[2:5] == [1, 1, 1]  # the high-priority request's three steps ran alone
+    assert model.batches[5] == 3  # then the parked ones went on together
+
+
+class PickyModel(torch.nn.Module):
+    """Fails any batch holding a sample whose conditioning is NaN."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, t, encoder_hidden_states):
+        if torch.isnan(encoder_hidden_states).any():
+            raise ValueError("bad conditioning")
+        return self.model(x, t, encoder_hidden_states=encoder_hidden_states)
+
+
+def test_bad_conditioning_or_callback_fails_only_its_own_request():
+    inner = tiny_conditional_unet()
+    g = torch.Generator().manual_seed(3)
+    conds = [{"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)} for _ in range(4)]
+    conds[1]["encoder_hidden_states"][2, 3] = float("nan")
+    requests = [dict(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", scheduler_config={}, num_inference_steps=3,
+                     seed=20 + i, conditioning=c) for i, c in enumerate(conds)]
+
+    def broken(latents):
+        raise RuntimeError("decoder exploded")
+
+    with torch.no_grad(), od.ContinuousSampler(PickyModel(inner), max_batch=4) as sampler:
+        futures = [sampler.submit(**r, callback=broken if i == 3 else None) for i, r in enumerate(requests)]
+        wrong_dtype = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", seed=1, num_inference_steps=2,
+                                     conditioning={"encoder_hidden_states": torch.zeros(5, 12, dtype=torch.complex64)})
+        with pytest.raises(ValueError, match="bad conditioning"):
+            futures[1].result(timeout=300)
+        with pytest.raises(RuntimeError, match="decoder exploded"):
+            futures[3].result(timeout=300)
+        with pytest.raises(Exception):
+            wrong_dtype.result(timeout=300)
+        for i in (0, 2):
+            expected = diffusers_alone(inner, requests[i], torch.float64, cond=conds[i])
+            assert_matches(futures[i].result(timeout=300).latents, expected, rtol=1e-6)
+        assert sampler.stats()["failed"] >= 2
+
+
+def test_prepare_graphs_needs_cuda_graphs():
+    with od.ContinuousSampler(tiny_unet()) as sampler:
+        with pytest.raises(RuntimeError, match="cuda_graphs=True"):
+            sampler.prepare_graphs([(4, 8, 8)], [1, 2])
+
+
+def test_close_drains_and_leaves_no_thread():
+    sampler = od.ContinuousSampler(tiny_unet(), max_batch=2, scheduler="DDIMScheduler")
+    with torch.no_grad():
+        futures = [sampler.submit(shape=(4, 8, 8), num_inference_steps=2, seed=i) for i in range(3)]
+        sampler.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert not [t for t in threading.enumerate() if t.name.startswith("octopus-sampler")]
+    with pytest.raises(RuntimeError, match="closed"):
+        sampler.submit(shape=(4, 8, 8), seed=0)
+    sampler.close()  # idempotent
+
+
+def test_close_with_cancel_cancels_queued_and_running_requests():
+    model, sampler, blocker = blocked_sampler(max_batch=1)
+    queued = [sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=3, seed=i)
+              for i in range(3)]
+    threading.Timer(0.2, model.release).start()
+    with torch.no_grad():
+        sampler.close(cancel=True)
+    for f in queued + [blocker]:
+        with pytest.raises(Exception) as info:
+            f.result(timeout=5)
+        assert "Cancelled" in type(info.value).__name__
+    assert sampler.stats()["cancelled"] == 4
+    assert not [t for t in threading.enumerate() if t.name.startswith("octopus-sampler")]
+
+
+def test_bad_requests_are_refused_at_submit():
+    with od.ContinuousSampler(tiny_unet(), scheduler="DDIMScheduler") as sampler:
+        cases = [
+            (dict(shape=(4, 0, 8)), ValueError, "shape"),
+            (dict(shape="448"), TypeError, "shape"),
+            (dict(shape=(4, 8.5, 8)), TypeError, "shape"),
+            (dict(shape=(4, 8, 8), num_inference_steps=0), ValueError, "num_inference_steps"),
+            (dict(shape=(4, 8, 8), scheduler="HeunDiscreteScheduler"), ValueError, "not fused"),
+            (dict(shape=(4, 8, 8), scheduler=3), TypeError, "scheduler"),
+            (dict(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", eta=0.5), ValueError, "eta"),
+            (dict(shape=(4, 8, 8), eta=0.5), ValueError, "seed"),
+            (dict(shape=(4, 8, 8), scheduler_config={"thresholding": True}), NotImplementedError, "thresholding"),
+            (dict(shape=(4, 8, 8), noise=torch.zeros(4, 8, 9)), ValueError, "noise"),
+            (dict(shape=(4, 8, 8), guidance_scale=5.0), ValueError, "guidance_scale"),
+            (dict(shape=(4, 8, 8), conditioning={"c": torch.zeros(3)}, guidance_scale=5.0,
+                  negative_conditioning={"c": torch.zeros(4)}), ValueError, "same keys and shapes"),
+            (dict(shape=(4, 8, 8), conditioning={"c": [1, 2]}), TypeError, "conditioning"),
+            (dict(shape=(4, 8, 8), priority="urgent"), ValueError, "priority"),
+            (dict(shape=(4, 8, 8), deadline=-1), ValueError, "deadline"),
+            (dict(shape=(4, 8, 8), callback=3), TypeError, "callback"),
+            (dict(shape=(4, 8, 8), mu=0.5), ValueError, "mu"),
+        ]
+        for fields, error, match in cases:
+            with pytest.raises(error, match=match):
+                sampler.submit(**fields)
+    with pytest.raises(ValueError, match="no scheduler"):
+        with od.ContinuousSampler(tiny_unet()) as sampler:
+            sampler.submit(shape=(4, 8, 8))
+    for options, match in [(dict(max_batch=0), "max_batch"), (dict(memory_budget=0), "memory_budget"),
+                           (dict(high_priority_batch=0), "high_priority_batch"), (dict(cuda_graphs=True), "CUDA"),
+                           (dict(dtype=torch.int32), "dtype")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            od.ContinuousSampler(tiny_unet(), **options).close()
