@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
+from ._messages import describe
 from .ragged import RaggedBatch
 from .scheduler import StreamScheduler, _current_streams, _deadline, _priority, _record_stream
 from .slicing import whole_number
@@ -256,10 +257,6 @@ def _pack(items: List[Any], device: Optional[torch.device]) -> Any:
     return list(items)
 
 
-def _describe(x: Any) -> str:
-    return "a 0-d tensor" if isinstance(x, torch.Tensor) else type(x).__name__
-
-
 def _split(output: Any, n: int) -> List[Any]:
     """One result per request from what ``fn`` returned."""
     if isinstance(output, RaggedBatch):
@@ -270,7 +267,7 @@ def _split(output: Any, n: int) -> List[Any]:
         parts = list(output)
     else:
         raise TypeError(f"fn must return a RaggedBatch, a tensor (one row per request) or a sequence with one "
-                        f"result per request, got {_describe(output)}")
+                        f"result per request, got {describe(output)}")
     if len(parts) != n:
         raise ValueError(f"fn returned {len(parts)} results for a batch of {n} requests")
     return parts

@@ -232,7 +232,7 @@ def test_a_request_whose_deadline_passes_in_the_queue_fails_alone():
         fine = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=1, seed=3)
         time.sleep(0.1)
         model.release()
-        with pytest.raises(od.DeadlineExceeded, match="deadline"):
+        with pytest.raises(octopus.DeadlineMissed, match="deadline"):
             late.result(timeout=120)
         assert fine.result(timeout=120).latents.shape == (4, 8, 8)
         assert sampler.stats()["expired"] == 1

@@ -14,12 +14,12 @@
 
 from ..per_sample_stepper import PerSampleStepper
 from .continuous import ContinuousSampler
-from .requests import DeadlineExceeded, SampleResult, SamplingRequest
+from .requests import SampleResult, SamplingRequest
 from .rows import PREDICTION_TYPES, SAMPLER_KINDS, SamplerRow
 from .schedulers import (DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
                          FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)
 
 __all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
            "DPMSolverMultistepScheduler", "UniPCMultistepScheduler", "ContinuousSampler", "SamplingRequest",
-           "SampleResult", "DeadlineExceeded", "PerSampleStepper", "SamplerRow", "SAMPLER_KINDS",
+           "SampleResult", "PerSampleStepper", "SamplerRow", "SAMPLER_KINDS",
            "PREDICTION_TYPES"]

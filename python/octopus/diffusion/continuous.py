@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..scheduler import StreamScheduler
+from ..scheduler import DeadlineMissed, StreamScheduler
 from .arena import LatentArena, Member
 from .model_runner import ModelRunner
-from .requests import (AdmissionQueue, DeadlineExceeded, SampleResult, SamplingRequest, check_request,
+from .requests import (AdmissionQueue, SampleResult, SamplingRequest, check_request,
                        resolve_scheduler, sampler_row)
 from .rows import RowTables, SamplerRow, fused_step, to_device
 
@@ -300,7 +300,7 @@ class ContinuousSampler:
     def _iterate(self) -> None:
         for late in self._queue.expire(time.monotonic(), lambda r: r.started is None):
             waited = time.monotonic() - late.submitted
-            self._fail(late, DeadlineExceeded(f"the request's deadline passed after {waited:.3f} s in the queue"),
+            self._fail(late, DeadlineMissed(f"the request's deadline passed after {waited:.3f} s in the queue"),
                        "expired")
         self._admit()
         if not self._active:

@@ -28,10 +28,6 @@ _SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, scheduler
                                             schedulers.UniPCMultistepScheduler)}
 
 
-class DeadlineExceeded(TimeoutError):
-    """A request's deadline passed before it could start."""
-
-
 @dataclasses.dataclass
 class SamplingRequest:
     """One image (or any latent) to sample.
@@ -57,7 +53,7 @@ class SamplingRequest:
         mu: the time shift of a flow-matching scheduler with use_dynamic_shifting.
         priority: ``"low"``, ``"normal"``, ``"high"`` or an int (higher first).
         deadline: seconds from submission by which the request must have started; later,
-            it fails with :class:`DeadlineExceeded`. Within a priority, earlier deadlines
+            it fails with :class:`octopus.DeadlineMissed`. Within a priority, earlier deadlines
             are admitted first.
         callback: called with the final latents (``shape``, on the sampler's device) on the
             sampler's finishing thread under ``torch.no_grad()``, e.g. to decode them; its

@@ -8,7 +8,8 @@ from typing import List, Optional
 import torch
 import torch.distributed as dist
 
-from ..ragged import RaggedBatch, _describe
+from .._messages import describe
+from ..ragged import RaggedBatch
 from .agreement import group_rank_and_size
 
 
@@ -28,7 +29,7 @@ def shard_bounds(offsets: torch.Tensor, world_size: int) -> List[int]:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if (not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64 or offsets.dim() != 1
             or offsets.numel() == 0):
-        raise TypeError(f"offsets must be a non-empty 1-D int64 tensor [M + 1], got {_describe(offsets)}")
+        raise TypeError(f"offsets must be a non-empty 1-D int64 tensor [M + 1], got {describe(offsets)}")
     offsets = offsets.cpu()
     if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()):
         raise ValueError("offsets must start at 0 and never decrease")
