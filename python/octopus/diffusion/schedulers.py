@@ -111,7 +111,8 @@ class _BatchedScheduler:
     def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None) -> None:
         """One shared schedule (an int), or one schedule per sample (a sequence of ints).
         ``timesteps`` is then the shared 1-D tensor, or a list with each sample's."""
-        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        # torch.empty(0, device=...).device names the index ("cuda" -> "cuda:0"), as tensors do.
+        self._device = torch.empty(0, device=device).device if device is not None else torch.device("cpu")
         per_sample = not isinstance(num_inference_steps, int)
         counts = list(num_inference_steps) if per_sample else [num_inference_steps]
         if not counts or any(int(s) < 1 for s in counts):
