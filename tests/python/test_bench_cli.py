@@ -40,7 +40,7 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
     assert {r["distribution"] for r in result["rows"] if r["workload"] == "stencil"} == {"small-100k", "normal-10k"}
     for w in ("affine", "normalize", "padding"):
         assert {r["distribution"] for r in result["rows"] if r["workload"] == w} == {
-            "normal", "small", "tiny", "longtail", "bimodal"}
+            "normal", "small", "tiny", "longtail", "bimodal", "heavytail", "dustgiant"}
     methods = {r["method"] for r in result["rows"]}
     for s in ("plan", "plan_host", "block_search", "search", "lookup"):
         assert any(m.startswith(f"octopus {s}") for m in methods)
@@ -171,3 +171,21 @@ def test_validate_reports_problems():
     assert report.validate(result) == []
     result["rows"][0]["items"] = "1"
     assert report.validate(result) == ["rows[0]['items'] has type str"]
+
+
+def test_hard_distributions_carry_their_tails():
+    import torch
+
+    from octopus.bench.distributions import sample_sizes
+    heavy = sample_sizes("heavytail", None, 1, torch.Generator().manual_seed(0)).view(-1)
+    assert heavy.numel() == 200_000 and int(heavy.median()) == 40
+    top = heavy.sort(descending=True).values[:4].tolist()
+    assert top[2] >= 10_000_000 > top[3] and top[0] < 100_000_000  # a few of tens of millions
+    again = sample_sizes("heavytail", None, 1, torch.Generator().manual_seed(5)).view(-1)
+    assert torch.equal(heavy.sort().values, again.sort().values)  # the same tail on every run
+    dust = sample_sizes("dustgiant", None, 1, torch.Generator().manual_seed(0)).view(-1)
+    assert dust.numel() == 500_001 and int(dust.max()) == 200_000_000
+    small = dust[dust != dust.max()]
+    assert int(small.min()) == 0 and int(small.max()) == 64
+    scaled = sample_sizes("dustgiant", None, 1000, torch.Generator().manual_seed(0)).view(-1)
+    assert scaled.numel() == 501 and int(scaled.max()) == 200_000  # the CPU scale-down keeps the proportions

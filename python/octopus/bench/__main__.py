@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every workload, distribution and strategy with baselines, plus the item-count scaling")
     p.add_argument("--dists", nargs="+", metavar="DIST", default=None,
                    help=f"item-size distributions of the ragged workloads: {', '.join(DISTRIBUTIONS)}, file "
-                        "(default: all five, or 'file' with --sizes-file)")
+                        "(default: all of them, or 'file' with --sizes-file)")
     p.add_argument("--sizes-file", default=None,
                    help="item sizes: a COCO-style annotation JSON (bbox sizes), a VisDrone-style annotation .txt "
                         "(or a directory of them), or text with 'H W' per line")

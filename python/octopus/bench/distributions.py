@@ -12,6 +12,11 @@ small      100K     1-D, 3K-8K elements: crops
 tiny       1M       1-D, 300-800 elements: small crops, tokens of a sequence batch
 longtail   100K     2-D H x W, log-normal around 45 x 50 (sigma 0.6), clipped to 8..400
 bimodal    100K     1-D, 90% of 300-800 and 10% of 30K-80K elements: tiny and large mixed
+heavytail  200K     1-D, Pareto (shape 0.85) with median 40 elements: the distribution's
+                    quantiles in random order, so every run has the same tail (at 200K items
+                    the largest three hold 69M, 19M and 10M elements; 220M in all)
+dustgiant  500K     1-D, 0-64 elements (uniform, empty items included) plus one item of 400
+                    elements per dust item (200M at 500K items) at a random place
 file       (file)   2-D H x W read from a file (see :func:`read_sizes_file`)
 =========  =======  ==========================================================================
 """
@@ -31,7 +36,14 @@ DISTRIBUTIONS: Dict[str, Tuple[int, str]] = {
     "tiny": (1_000_000, "1-D items of 300-800 elements"),
     "longtail": (100_000, "2-D items, log-normal H, W around 45x50, clipped to 8..400"),
     "bimodal": (100_000, "1-D items: 90% of 300-800 and 10% of 30K-80K elements"),
+    "heavytail": (200_000, "1-D items, Pareto sizes (shape 0.85, median 40 elements, the largest tens of millions)"),
+    "dustgiant": (500_000, "1-D items of 0-64 elements (empty ones included) plus one giant item (400x the count)"),
 }
+
+PARETO_SHAPE = 0.85
+PARETO_MEDIAN = 40
+DUST_MAX = 64
+GIANT_PER_DUST_ITEM = 400
 
 
 class SizesFileError(ValueError):
@@ -49,6 +61,17 @@ def make_sizes(name: str, items: int, g: torch.Generator) -> torch.Tensor:
         tiny = torch.randint(300, 801, (items,), generator=g)
         big = torch.randint(30_000, 80_001, (items,), generator=g)
         return torch.where(large, big, tiny).view(-1, 1)
+    if name == "heavytail":
+        # Pareto quantiles (i + 0.5) / items: x_min * (1 - u) ** (-1 / shape), x_min set by the median.
+        x_min = PARETO_MEDIAN / 2 ** (1 / PARETO_SHAPE)
+        u = (torch.arange(items, dtype=torch.float64) + 0.5) / items
+        sizes = (x_min * (1 - u) ** (-1 / PARETO_SHAPE)).round().long()
+        return sizes[torch.randperm(items, generator=g)].view(-1, 1)
+    if name == "dustgiant":
+        dust = torch.randint(0, DUST_MAX + 1, (items,), generator=g)
+        at = int(torch.randint(0, items + 1, (1,), generator=g))
+        giant = torch.tensor([GIANT_PER_DUST_ITEM * items])
+        return torch.cat([dust[:at], giant, dust[at:]]).view(-1, 1)
     ranges = {"normal": (30_000, 80_000), "small": (3_000, 8_000), "tiny": (300, 800)}
     if name not in ranges:
         raise ValueError(f"unknown distribution {name!r}; known: {', '.join(DISTRIBUTIONS)}")
