@@ -20,13 +20,13 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
 from ._messages import describe
 from .ragged import RaggedBatch
-from .scheduler import StreamScheduler, _current_streams, _deadline, _priority, _record_stream
+from .scheduler import ReleaseEvent, StreamScheduler, _current_streams, _deadline, _priority, _record_stream
 from .slicing import whole_number
 
 # Weight of the newest batch in the typical run time.
@@ -35,16 +35,16 @@ _RUN_TIME_WEIGHT = 0.25
 
 @dataclass(order=True)
 class _Request:
-    sort_key: tuple
+    sort_key: Tuple[int, float, int]  # (-priority, absolute deadline or inf, arrival number)
     item: Any = field(compare=False)
     priority: int = field(compare=False)
     deadline: Optional[float] = field(compare=False)  # time.monotonic() seconds
     arrival: float = field(compare=False)
     elements: int = field(compare=False)
-    future: concurrent.futures.Future = field(compare=False)
+    future: concurrent.futures.Future[Any] = field(compare=False)
     # CUDA: the submitter's current streams (its result is used there) and, for a CUDA
     # tensor request, an event after the work queued to produce it.
-    consumers: Optional[dict] = field(compare=False, default=None)
+    consumers: Dict[int, torch.cuda.Stream] = field(compare=False, default_factory=dict)
     ready: Optional[torch.cuda.Event] = field(compare=False, default=None)
 
 
@@ -112,13 +112,13 @@ class Batcher:
         self._dispatcher.start()
 
     def submit(self, request: Any, *, priority: int | str = "normal",
-               deadline: Optional[float] = None) -> concurrent.futures.Future:
+               deadline: Optional[float] = None) -> concurrent.futures.Future[Any]:
         """Queues one request; returns the future of its result. ``priority`` as in
         :meth:`StreamScheduler.acquire`; ``deadline`` in seconds from now."""
         value = _priority(priority)
         relative = _deadline(deadline)
         now = time.monotonic()
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         absolute = None if relative is None else now + relative
         elements = request.numel() if isinstance(request, torch.Tensor) else 1
         entry = _Request((-value, absolute if absolute is not None else math.inf, next(self._arrivals)), request, value,
@@ -136,7 +136,7 @@ class Batcher:
             self._condition.notify()
         return future
 
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         """Requests submitted, calls made (and failed), and the typical seconds per call."""
         with self._condition:
             return dict(self._counts, pending=len(self._pending), typical_call_s=self._run_time)
@@ -152,7 +152,7 @@ class Batcher:
     def __enter__(self) -> "Batcher":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- internals ----------------------------------------------------------------------
@@ -166,7 +166,8 @@ class Batcher:
     def _take_batch(self) -> List[_Request]:
         """The requests of the next call, in serving order (the lock is held)."""
         self._pending.sort()
-        batch, elements = [], 0
+        batch: List[_Request] = []
+        elements = 0
         for r in self._pending:
             if len(batch) == self.max_batch:
                 break
@@ -229,7 +230,7 @@ class Batcher:
                         _record_stream(items, lease.stream)  # read there
                         output = self.fn(_pack(items, lease.device))
             if lease.stream is not None:
-                lease.release_event.synchronize()
+                cast(ReleaseEvent, lease.release_event).synchronize()  # set when the lease was returned
             results = _split(output, len(batch))
             if lease.stream is not None:
                 for r, result in zip(batch, results):  # used on the submitter's stream

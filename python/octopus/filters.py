@@ -3,13 +3,13 @@ convolution, each item with its own borders, in one launch over the whole batch.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Union, overload
 
 import torch
 
 from . import _registrations, tuning  # noqa: F401
 from ._messages import describe, format_shape
-from .inputs import RaggedLike, RaggedResult, as_ragged
+from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
@@ -39,6 +39,12 @@ def _channels(batch: RaggedBatch) -> Optional[int]:
     return channels
 
 
+@overload
+def stencil3x3(batch: PackedLike, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
+               block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def stencil3x3(batch: torch.Tensor, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
+               block_elems: Optional[int] = None) -> torch.Tensor: ...
 def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicate", strategy: str = "auto",
                block_elems: Optional[int] = None) -> RaggedResult:
     """``out[c, y, x] = sum(weight[c, dy + 1, dx + 1] * item[c, y + dy, x + dx])`` over
@@ -83,6 +89,12 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     return given.result(batch.with_values(out))
 
 
+@overload
+def box_blur(batch: PackedLike, *, border: str = "replicate", strategy: str = "auto",
+             block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def box_blur(batch: torch.Tensor, *, border: str = "replicate", strategy: str = "auto",
+             block_elems: Optional[int] = None) -> torch.Tensor: ...
 def box_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str = "auto",
              block_elems: Optional[int] = None) -> RaggedResult:
     """The mean of every pixel's 3x3 neighbourhood (see :func:`stencil3x3` for borders and
@@ -90,6 +102,12 @@ def box_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str = "a
     return stencil3x3(batch, _BOX, border=border, strategy=strategy, block_elems=block_elems)
 
 
+@overload
+def gaussian_blur(batch: PackedLike, *, border: str = "replicate", strategy: str = "auto",
+                  block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def gaussian_blur(batch: torch.Tensor, *, border: str = "replicate", strategy: str = "auto",
+                  block_elems: Optional[int] = None) -> torch.Tensor: ...
 def gaussian_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str = "auto",
                   block_elems: Optional[int] = None) -> RaggedResult:
     """3x3 Gaussian blur, the binomial kernel [1 2 1; 2 4 2; 1 2 1] / 16 (see
@@ -97,6 +115,12 @@ def gaussian_blur(batch: RaggedLike, *, border: str = "replicate", strategy: str
     return stencil3x3(batch, _GAUSSIAN, border=border, strategy=strategy, block_elems=block_elems)
 
 
+@overload
+def depthwise_conv3x3(batch: PackedLike, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
+                      block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def depthwise_conv3x3(batch: torch.Tensor, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
+                      block_elems: Optional[int] = None) -> torch.Tensor: ...
 def depthwise_conv3x3(batch: RaggedLike, weight: torch.Tensor, *, border: str = "zero", strategy: str = "auto",
                       block_elems: Optional[int] = None) -> RaggedResult:
     """Depthwise 3x3 convolution, one kernel per channel (``weight`` ``[C, 3, 3]`` or

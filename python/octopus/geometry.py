@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union, cast, overload
 
 import torch
 
@@ -18,7 +18,8 @@ from .strategies import check_strategy, resolve_block_elems
 Sizes = Union[int, Sequence[int], Sequence[Sequence[int]], torch.Tensor]
 
 
-def _build_dense_layout(n: int, channels: int, h: int, w: int, device: torch.device):
+def _build_dense_layout(n: int, channels: int, h: int, w: int,
+                        device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """Offsets and sizes of a dense [N, C, H, W] batch seen as N images."""
     offsets = torch.arange(n + 1, dtype=torch.int64, device=device) * (channels * h * w)
     sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=device).expand(n, 3).contiguous()
@@ -30,7 +31,7 @@ def _build_dense_layout(n: int, channels: int, h: int, w: int, device: torch.dev
 _dense_layout = functools.lru_cache(maxsize=32)(_build_dense_layout)
 
 
-def _source_layout(source: Union[RaggedLike, torch.Tensor]):
+def _source_layout(source: Union[RaggedLike, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """(values, offsets, sizes, channels) of a ragged or dense source."""
     if isinstance(source, torch.Tensor) and not source.is_nested:
         if source.dim() != 4:
@@ -51,7 +52,7 @@ def _source_layout(source: Union[RaggedLike, torch.Tensor]):
     return source.values, source.offsets, source.sizes.contiguous(), channels
 
 
-def _out_sizes(size, boxes: torch.Tensor) -> torch.Tensor:
+def _out_sizes(size: Optional[Sizes], boxes: torch.Tensor) -> torch.Tensor:
     """[K, 2] host int64 output (h, w) per box: the boxes' own sizes for None."""
     k = boxes.shape[0]
     if size is None:
@@ -70,6 +71,15 @@ def _out_sizes(size, boxes: torch.Tensor) -> torch.Tensor:
     return hw
 
 
+@overload
+def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, size: Union[int, Sequence[int]], *,
+                scale: float = 1.0, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+                validate: bool = True, strategy: str = "auto", block_elems: Optional[int] = None) -> torch.Tensor: ...
+@overload
+def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor,
+                size: Union[Sequence[Sequence[int]], torch.Tensor, None], *, scale: float = 1.0,
+                mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None, validate: bool = True,
+                strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedBatch: ...
 def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, size: Optional[Sizes], *,
                 scale: float = 1.0, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
                 validate: bool = True, strategy: str = "auto",
@@ -112,9 +122,12 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     boxes = boxes.to(values.device)
     if isinstance(size, numbers.Integral) or (isinstance(size, (tuple, list, torch.Size)) and len(size) == 2
                                               and all(isinstance(v, numbers.Integral) for v in size)):
-        out_h, out_w = (int(size), int(size)) if isinstance(size, numbers.Integral) else (int(size[0]), int(size[1]))
-        return torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, float(scale),
-                                             mean_t, std_t, validate)
+        # One integer or two (cast: mypy does not count int as a numbers.Integral).
+        pair = cast(Sequence[int], (size, size) if isinstance(size, numbers.Integral) else size)
+        out_h, out_w = int(pair[0]), int(pair[1])
+        crops: torch.Tensor = torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w,
+                                                            float(scale), mean_t, std_t, validate)
+        return crops
     hw = _out_sizes(size, boxes)
     host_sizes = torch.cat([torch.full((hw.shape[0], 1), channels, dtype=torch.int64), hw], dim=1)
     host_offsets = torch.zeros(hw.shape[0] + 1, dtype=torch.int64)

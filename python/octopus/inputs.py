@@ -25,12 +25,20 @@ from ._messages import describe
 from .ragged import RaggedBatch
 
 RaggedLike = Union[RaggedBatch, Sequence[torch.Tensor], torch.Tensor]
-"""A ragged batch as the ops take it: a :class:`RaggedBatch`, a list or tuple of tensors
-with the same number of dimensions, or a ``torch.nested`` tensor (jagged or strided)."""
+"""A ragged batch as the ops take it.
+
+A :class:`RaggedBatch`, a list or tuple of tensors with the same number of dimensions, or a
+``torch.nested`` tensor (jagged or strided)."""
 
 RaggedResult = Union[RaggedBatch, torch.Tensor]
-"""A result with its input's layout: a :class:`RaggedBatch`, or a nested tensor for a nested
-input (:meth:`RaggedInput.result`)."""
+"""A result with its input's layout.
+
+A :class:`RaggedBatch`, or a nested tensor for a nested input (:meth:`RaggedInput.result`)."""
+
+PackedLike = Union[RaggedBatch, Sequence[torch.Tensor]]
+"""The forms of :data:`RaggedLike` for which an op's result with the input's layout is a
+:class:`RaggedBatch` (a nested tensor gives a nested tensor): what the ops' type overloads
+tell apart."""
 
 FORMS = ("a RaggedBatch", "a list or tuple of tensors", "a torch.nested tensor (jagged or strided)")
 

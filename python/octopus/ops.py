@@ -3,13 +3,13 @@ or plain tensors, and call ``torch.ops.octopus.*`` with the batch's cached metad
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union, overload
 
 import torch
 
 from . import _registrations, tuning  # noqa: F401
 from ._messages import describe, format_shape
-from .inputs import FORMS, RaggedLike, RaggedResult, as_ragged, one_of
+from .inputs import FORMS, PackedLike, RaggedLike, RaggedResult, as_ragged, one_of
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
@@ -29,6 +29,13 @@ def _item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor,
     return value.to(dtype)
 
 
+@overload
+def affine(x: PackedLike, scale: ParamLike = None, bias: ParamLike = None, *, offsets: None = None,
+           strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def affine(x: torch.Tensor, scale: ParamLike = None, bias: ParamLike = None, *,
+           offsets: Optional[torch.Tensor] = None, strategy: str = "auto",
+           block_elems: Optional[int] = None) -> torch.Tensor: ...
 def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: ParamLike = None, *,
            offsets: Optional[torch.Tensor] = None, strategy: str = "auto",
            block_elems: Optional[int] = None) -> RaggedResult:
@@ -79,7 +86,8 @@ def _affine_values(values: torch.Tensor, scale: ParamLike, bias: ParamLike, offs
     m = max(offsets.shape[0] - 1, 0) if offsets.dim() == 1 else 0
     s = _item_param(scale, "scale", m, values, 1.0)
     b = _item_param(bias, "bias", m, values, 0.0)
-    return torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
+    out: torch.Tensor = torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
+    return out
 
 
 def _pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: str, b_name: str, b_fill: float,
@@ -104,6 +112,12 @@ def _pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: str
     return given.result(x.with_values(out))
 
 
+@overload
+def clamp(x: PackedLike, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def clamp(x: torch.Tensor, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> torch.Tensor: ...
 def clamp(x: RaggedLike, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto",
           block_elems: Optional[int] = None) -> RaggedResult:
     """``min(max(x, lo[item]), hi[item])`` with bounds per item (``[M]``), per item and
@@ -114,6 +128,12 @@ def clamp(x: RaggedLike, lo: ParamLike, hi: ParamLike, *, strategy: str = "auto"
     return _pointwise(x, "clamp", lo, hi, "lo", "hi", 0.0, strategy, block_elems)
 
 
+@overload
+def threshold(x: PackedLike, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
+              strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def threshold(x: torch.Tensor, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
+              strategy: str = "auto", block_elems: Optional[int] = None) -> torch.Tensor: ...
 def threshold(x: RaggedLike, thresholds: ParamLike, *, mode: str = "mask", value: ParamLike = 0.0,
               strategy: str = "auto", block_elems: Optional[int] = None) -> RaggedResult:
     """Per-item thresholds: ``mode="mask"`` gives 1 where ``x > threshold[item]`` and 0
@@ -126,6 +146,12 @@ def threshold(x: RaggedLike, thresholds: ParamLike, *, mode: str = "mask", value
     return _pointwise(x, "threshold_" + mode, thresholds, value, "thresholds", "value", 0.0, strategy, block_elems)
 
 
+@overload
+def power(x: PackedLike, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def power(x: torch.Tensor, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
+          block_elems: Optional[int] = None) -> torch.Tensor: ...
 def power(x: RaggedLike, exponent: ParamLike, gain: ParamLike = 1.0, *, strategy: str = "auto",
           block_elems: Optional[int] = None) -> RaggedResult:
     """``gain[item] * x ** exponent[item]`` (gamma correction of non-negative data; a
@@ -150,10 +176,11 @@ def plan(batch: Union[RaggedLike, torch.Tensor], block_elems: Optional[int] = No
         return as_ragged(batch, "batch").batch.plan(block_elems)
     if num_values is None:
         raise ValueError("num_values is required when batch is an offsets tensor")
-    return torch.ops.octopus.plan(batch, num_values, resolve_block_elems(block_elems))
+    out: torch.Tensor = torch.ops.octopus.plan(batch, num_values, resolve_block_elems(block_elems))
+    return out
 
 
-def plan_blocks(plan_tensor: torch.Tensor):
+def plan_blocks(plan_tensor: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Decodes a plan into ``(item, begin, end)`` int64 tensors of its blocks (on the CPU)."""
     p = plan_tensor.cpu()
     count = int(p[0, 0])
@@ -182,11 +209,13 @@ def to_padded(batch: RaggedLike, pad_value: float = 0.0, max_size: Optional[Sequ
         max_shape = [int(s) for s in max_size]
         if len(max_shape) != d or any(s < 0 for s in max_shape):
             raise ValueError(f"max_size must have {d} non-negative extents, got {format_shape(max_shape)}")
-    return torch.ops.octopus.to_padded(batch.values, batch.offsets, batch.sizes, max_shape, float(pad_value), False)
+    out: torch.Tensor = torch.ops.octopus.to_padded(batch.values, batch.offsets, batch.sizes, max_shape,
+                                                     float(pad_value), False)
+    return out
 
 
-def from_padded(padded: torch.Tensor, sizes, *, strategy: str = "auto", block_elems: Optional[int] = None,
-                validate: bool = True) -> RaggedBatch:
+def from_padded(padded: torch.Tensor, sizes: Union[torch.Tensor, Sequence[Sequence[int]]], *, strategy: str = "auto",
+                block_elems: Optional[int] = None, validate: bool = True) -> RaggedBatch:
     """The items of a dense ``[M, *slot]`` tensor as a :class:`RaggedBatch`: item ``i`` is
     the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
     (on any device) or a list of shapes. With ``validate`` an item larger than its slot is an

@@ -16,7 +16,7 @@ doubled schedules do; they are not supported).
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 
@@ -28,7 +28,7 @@ MODES = ("loop", "streams", "grouped")
 _BATCHED_STATE = ("model_outputs", "last_sample", "prev_derivative", "sample", "timestep_list")
 
 
-def _stack(values: list) -> Any:
+def _stack(values: list[Any]) -> Any:
     first = values[0]
     if isinstance(first, torch.Tensor) and first.dim() > 0:
         return torch.cat(values)
@@ -68,7 +68,7 @@ class PerSampleStepper:
                 raise TypeError(f"scheduler must have a {method}() method (a diffusers-style scheduler)")
         self.mode = mode
         self.schedulers = [copy.deepcopy(scheduler) for _ in range(num_samples)]
-        self._schedule_keys: list[tuple] | None = None
+        self._schedule_keys: list[tuple[float, ...]] | None = None
         self._streams = stream_scheduler
         if mode == "streams" and self._streams is None:
             self._streams = StreamScheduler(4) if torch.cuda.is_available() else StreamScheduler(4, backend="simulated")
@@ -78,7 +78,8 @@ class PerSampleStepper:
         """Each sample's schedule."""
         return [s.timesteps for s in self.schedulers]
 
-    def set_timesteps(self, num_inference_steps: int | Sequence[int], device=None, **kwargs) -> None:
+    def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None,
+                      **kwargs: Any) -> None:
         """One count for every sample, or one per sample."""
         counts = [num_inference_steps] * len(self.schedulers) if isinstance(num_inference_steps, int) \
             else list(num_inference_steps)
@@ -89,7 +90,8 @@ class PerSampleStepper:
         # Which schedule each sample follows, read once rather than at every grouped step.
         self._schedule_keys = [tuple(s.timesteps.tolist()) for s in self.schedulers]
 
-    def step(self, model_output: torch.Tensor, sample: torch.Tensor, timesteps, **step_kwargs) -> torch.Tensor:
+    def step(self, model_output: torch.Tensor, sample: torch.Tensor, timesteps: torch.Tensor | Sequence[float],
+             **step_kwargs: Any) -> torch.Tensor:
         """``prev_sample`` of every sample; a negative timestep leaves its sample unchanged.
         ``step_kwargs`` go to each ``scheduler.step`` (tensors in them with one row per sample
         are split per sample)."""
@@ -105,40 +107,47 @@ class PerSampleStepper:
         active = [i for i in range(n) if t[i] >= 0]
         out = sample.clone()
         if self.mode == "grouped":
-            groups: dict = {}
+            groups: dict[tuple[Any, ...], list[int]] = {}
             for i in active:
                 groups.setdefault(self._group_key(i, t[i]), []).append(i)
             for members in groups.values():
                 out[members] = self._grouped_step(members, model_output, sample, t[members[0]], step_kwargs)
             return out
-        run = lambda i: self._one(i, model_output, sample, t[i], step_kwargs)  # noqa: E731
-        results = self._streams.map(run, active, kind="per_sample_step") if self.mode == "streams" \
-            else [run(i) for i in active]
+
+        def run(i: int) -> torch.Tensor:
+            return self._one(i, model_output, sample, t[i], step_kwargs)
+
+        # (The streams mode always has a stream scheduler: __init__ makes one.)
+        results = cast(StreamScheduler, self._streams).map(run, active, kind="per_sample_step") \
+            if self.mode == "streams" else [run(i) for i in active]
         for i, r in zip(active, results):
             out[i:i + 1] = r
         return out
 
     # -- internals ----------------------------------------------------------------------
 
-    def _timestep(self, i: int, t: float):
+    def _timestep(self, i: int, t: float) -> torch.Tensor:
         """The schedule's own entry for t (diffusers compares timesteps by value and type)."""
-        schedule = self.schedulers[i].timesteps
+        schedule: torch.Tensor = self.schedulers[i].timesteps
         matches = (schedule.double() - t).abs() < 1e-4
         if not bool(matches.any()):
             raise ValueError(f"timesteps[{i}] = {t:g} is not in sample {i}'s schedule")
         return schedule[int(matches.nonzero()[0])]
 
-    def _one(self, i, model_output, sample, t, step_kwargs):
+    def _one(self, i: int, model_output: torch.Tensor, sample: torch.Tensor, t: float,
+             step_kwargs: dict[str, Any]) -> torch.Tensor:
         kwargs = {k: _row(v, [i], len(self.schedulers)) for k, v in step_kwargs.items()}
         return _prev(self.schedulers[i].step(model_output[i:i + 1], self._timestep(i, t), sample[i:i + 1], **kwargs))
 
-    def _group_key(self, i: int, t: float):
+    def _group_key(self, i: int, t: float) -> tuple[Any, ...]:
         s = self.schedulers[i]
         state = tuple((k, v) for k, v in sorted(vars(s).items())
                       if isinstance(v, (int, float, bool, type(None))) and k not in _BATCHED_STATE)
-        return (round(t, 4), self._schedule_keys[i], state)
+        schedule_keys = cast("list[tuple[float, ...]]", self._schedule_keys)  # step() checked they are set
+        return (round(t, 4), schedule_keys[i], state)
 
-    def _grouped_step(self, members, model_output, sample, t, step_kwargs):
+    def _grouped_step(self, members: list[int], model_output: torch.Tensor, sample: torch.Tensor, t: float,
+                      step_kwargs: dict[str, Any]) -> torch.Tensor:
         schedulers = [self.schedulers[i] for i in members]
         group = copy.copy(schedulers[0])
         for name in _BATCHED_STATE:
@@ -162,4 +171,4 @@ def _row(value: Any, rows: list[int], n: int) -> Any:
 
 
 def _prev(result: Any) -> torch.Tensor:
-    return result.prev_sample if hasattr(result, "prev_sample") else result[0]
+    return cast(torch.Tensor, result.prev_sample if hasattr(result, "prev_sample") else result[0])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
 
@@ -48,20 +48,21 @@ class RaggedBatch:
         self._offsets = offsets
         self._sizes = sizes
         self._host_layout: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
-        self._metadata: Dict[tuple, torch.Tensor] = {}
+        self._metadata: Dict[Tuple[Any, ...], torch.Tensor] = {}
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device=None, dtype=None,
-                     item_dim: Optional[int] = None) -> "RaggedBatch":
+    def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device: torch.device | str | int | None = None,
+                     dtype: torch.dtype | None = None, item_dim: Optional[int] = None) -> "RaggedBatch":
         """Packs a list of tensors with the same number of dimensions (``[L]``,
         ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy. ``item_dim`` is needed
         only for an empty list (default 1)."""
         return cls._from_tensors(tensors, "tensors", device=device, dtype=dtype, item_dim=item_dim)
 
     @classmethod
-    def _from_tensors(cls, tensors: Sequence[torch.Tensor], name: str, *, device=None, dtype=None,
-                      item_dim: Optional[int] = None) -> "RaggedBatch":
+    def _from_tensors(cls, tensors: Sequence[torch.Tensor], name: str, *,
+                      device: torch.device | str | int | None = None,
+                      dtype: torch.dtype | None = None, item_dim: Optional[int] = None) -> "RaggedBatch":
         """:meth:`from_tensors`, naming the list ``name`` in error messages."""
         tensors = list(tensors)
         for i, t in enumerate(tensors):
@@ -107,13 +108,15 @@ class RaggedBatch:
         if not isinstance(nt, torch.Tensor) or not nt.is_nested:
             raise TypeError(f"from_nested expects a nested tensor, got {describe(nt)}")
         if nt.layout == torch.jagged:
-            if nt._ragged_idx != 1 or nt._lengths is not None or not nt.values().is_contiguous():
+            # (_ragged_idx, _lengths and offsets() are the jagged NestedTensor's, not in Tensor's stubs.)
+            if (nt._ragged_idx != 1 or nt._lengths is not None  # type: ignore[attr-defined]
+                    or not nt.values().is_contiguous()):
                 # Holes, or a ragged dimension other than the first: copy item by item.
                 return cls.from_tensors(nt.unbind(), device=nt.device, dtype=nt.dtype, item_dim=nt.dim() - 1)
             rows = nt.values()
             rest = tuple(rows.shape[1:])
             inner = math.prod(rest)
-            row_offsets = nt.offsets().to(torch.int64)
+            row_offsets = nt.offsets().to(torch.int64)  # type: ignore[attr-defined]
             if row_offsets[:1].ne(0).any():
                 # A view into a larger buffer: rebase it.
                 rows = rows[int(row_offsets[0]):]
@@ -155,7 +158,7 @@ class RaggedBatch:
 
     @property
     def item_dim(self) -> int:
-        """D: the number of dimensions of every item."""
+        """The number of dimensions of every item (D)."""
         return self._sizes.shape[1]
 
     def numel(self) -> int:
@@ -206,7 +209,8 @@ class RaggedBatch:
         out._host_layout = (host_offsets, host_sizes)
         return out
 
-    def to(self, device=None, dtype=None, non_blocking: bool = False) -> "RaggedBatch":
+    def to(self, device: torch.device | str | int | None = None, dtype: torch.dtype | None = None,
+           non_blocking: bool = False) -> "RaggedBatch":
         device = torch.device(device) if device is not None else self.device
         values = self._values.to(device=device, dtype=dtype, non_blocking=non_blocking)
         if device == self.device:
@@ -216,7 +220,7 @@ class RaggedBatch:
         out._host_layout = self._host_layout
         return out
 
-    def cuda(self, device=None) -> "RaggedBatch":
+    def cuda(self, device: torch.device | str | int | None = None) -> "RaggedBatch":
         return self.to(device if device is not None else "cuda")
 
     def cpu(self) -> "RaggedBatch":
@@ -230,7 +234,7 @@ class RaggedBatch:
         check_strategy(strategy)
         block_elems = resolve_block_elems(block_elems)
         if strategy in PLAN_STRATEGIES:
-            key = ("plan", self.device, block_elems)
+            key: Tuple[Any, ...] = ("plan", self.device, block_elems)
             if key not in self._metadata:
                 offsets = self._offsets if strategy == "plan" else self.host_layout()[0]
                 plan = torch.ops.octopus.plan(offsets, self.numel(), block_elems)
@@ -245,7 +249,7 @@ class RaggedBatch:
 
     def plan(self, block_elems: Optional[int] = None) -> torch.Tensor:
         """The block plan, built on this batch's device (see :func:`octopus.plan`)."""
-        return self.metadata("plan", block_elems)
+        return cast(torch.Tensor, self.metadata("plan", block_elems))  # never None for "plan"
 
     # ------------------------------------------------------------------ conversions
     def unbind(self) -> List[torch.Tensor]:

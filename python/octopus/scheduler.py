@@ -18,7 +18,7 @@ import concurrent.futures
 import math
 import operator
 import threading
-from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -39,7 +39,7 @@ DeadlineMissed.__doc__ = ("A request's deadline cannot be met: on arrival (by th
 DeadlineMissed.__module__ = __name__
 
 _PRIORITIES = {"low": -1, "normal": 0, "high": 1}
-_DEFAULT = object()
+_DEFAULT: Any = object()  # "not given": the scheduler's default timeout (Any: the default of a float | None)
 
 
 def _priority(value: int | str) -> int:
@@ -90,13 +90,13 @@ class ReleaseEvent:
 
     __slots__ = ("_event", "_device")
 
-    def __init__(self, event, device: torch.device | None):
+    def __init__(self, event: Any, device: torch.device | None):
         self._event = event
         self._device = device
 
     def done(self) -> bool:
         """True once all work the lease queued on its stream has finished."""
-        return self._event.done()
+        return cast(bool, self._event.done())
 
     def synchronize(self) -> None:
         """Blocks (without the GIL) until the lease's work has finished."""
@@ -122,7 +122,7 @@ class Lease:
 
     __slots__ = ("_lease", "_scheduler", "stream", "device")
 
-    def __init__(self, lease, scheduler, stream: torch.cuda.Stream | None, device: torch.device | None):
+    def __init__(self, lease: Any, scheduler: Any, stream: torch.cuda.Stream | None, device: torch.device | None):
         self._lease = lease
         self._scheduler = scheduler
         self.stream = stream
@@ -163,7 +163,7 @@ class Lease:
         time per unit. Returns the seconds it was paused. Other classes return 0 at once.
         A best-effort holder that never calls it is never paused.
         """
-        return self._lease.checkpoint(float(units))
+        return cast(float, self._lease.checkpoint(float(units)))
 
     def slices(self, total: int, size: int | None = None, *, budget: float | None = None) -> Iterator[slice]:
         """``slice(start, stop)`` objects covering ``range(total)``, with a :meth:`checkpoint`
@@ -199,7 +199,7 @@ class Lease:
     def __enter__(self) -> "Lease":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._lease.release()
 
     def __repr__(self) -> str:
@@ -339,6 +339,7 @@ class StreamScheduler:
         lease = self.acquire(kind, shape, priority=priority, timeout=timeout, device=device, bytes=bytes,
                              deadline=deadline, best_effort=best_effort)
         with lease:
+            parts: Iterator[tuple[Any, ...]]
             if isinstance(work, RaggedBatch):
                 parts = ((part, items) for items, part in lease.item_slices(work, size, budget=budget))
             else:
@@ -352,7 +353,7 @@ class StreamScheduler:
             with torch.cuda.device(lease.device), torch.cuda.stream(lease.stream):
                 results = [fn(*part) for part in parts]
             _record_stream(results, consumer)
-        lease.release_event.wait(consumer)
+        cast(ReleaseEvent, lease.release_event).wait(consumer)  # set when the lease was returned
         return results
 
     def register_kind(self, kind: str, occupancy: float) -> None:
@@ -367,13 +368,13 @@ class StreamScheduler:
     def estimate_occupancy(self, kind: str, shape: Sequence[int] | None = None, device: int | None = None) -> float:
         """The occupancy estimate a lease of ``kind`` and ``shape`` gets."""
         index = self._device_index(device)
-        return self._impl.estimate_occupancy(kind, _shape(shape), self.devices[0] if index < 0 else index)
+        return cast(float, self._impl.estimate_occupancy(kind, _shape(shape), self.devices[0] if index < 0 else index))
 
     def seconds_per_unit(self, kind: str) -> float | None:
         """Device seconds per unit (row, element) of ``kind``'s sliced work: a moving average
         measured at best-effort checkpoints (where ``best_effort_in_flight`` > 0), or what
         :meth:`set_seconds_per_unit` set; None before either. Slices with a ``budget`` use it."""
-        return self._impl.seconds_per_unit(kind)
+        return cast("float | None", self._impl.seconds_per_unit(kind))
 
     def set_seconds_per_unit(self, kind: str, seconds: float) -> None:
         """Sets ``kind``'s device seconds per unit (from an earlier measurement)."""
@@ -386,7 +387,7 @@ class StreamScheduler:
         self._impl.adapt_concurrency()
 
     @property
-    def simulated_backend(self):
+    def simulated_backend(self) -> Any:
         """The simulated backend's test hooks (``backend="simulated"`` only):
         ``set_utilization(device, value)``, ``set_free_memory(device, bytes)``,
         ``set_manual_events(bool)`` with ``complete_events(device, count)`` and
@@ -401,12 +402,12 @@ class StreamScheduler:
 
     @property
     def backend(self) -> str:
-        return self._impl.backend
+        return cast(str, self._impl.backend)
 
     @property
     def capacity(self) -> int:
         """Leases that can be held at once over all devices."""
-        return self._impl.max_leases_per_device * len(self._impl.devices)
+        return cast(int, self._impl.max_leases_per_device * len(self._impl.devices))
 
     def stats(self) -> dict[str, Any]:
         """Counters: granted, released, active, waited, timeouts, rejected (try_acquire),
@@ -416,7 +417,7 @@ class StreamScheduler:
         time throttled and pauses; and per device active/peak leases (best-effort and
         latency-critical ones too), the lease limit, occupancy in use, granted, the last
         free-memory sample, the partition's SMs and NVML utilization."""
-        return self._impl.stats()
+        return cast("dict[str, Any]", self._impl.stats())
 
     def dump_trace(self, path: str) -> None:
         """Writes the recorded timeline (``record_timeline=True``) as Chrome-trace JSON,
@@ -427,8 +428,8 @@ class StreamScheduler:
 
     # -- executor -----------------------------------------------------------------------
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, acquire_options: dict | None = None,
-               **kwargs: Any) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, acquire_options: dict[str, Any] | None = None,
+               **kwargs: Any) -> concurrent.futures.Future[Any]:
         """Runs ``fn(*args, **kwargs)`` on a leased stream from the scheduler's thread pool.
 
         The lease's stream first waits for the work already queued on the caller's current
@@ -480,7 +481,7 @@ class StreamScheduler:
     def __enter__(self) -> "StreamScheduler":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -502,7 +503,7 @@ class StreamScheduler:
             raise ValueError(f"device must be a non-negative index, got {index}")
         return index
 
-    def _wrap(self, lease) -> Lease:
+    def _wrap(self, lease: Any) -> Lease:
         if not self._cuda:
             return Lease(lease, self._impl, None, None)
         ptr = lease.stream_ptr
@@ -519,7 +520,7 @@ class StreamScheduler:
                                                                    thread_name_prefix="octopus-lease")
             return self._pool
 
-    def _task(self, options: dict) -> Callable:
+    def _task(self, options: dict[str, Any]) -> Callable[..., Any]:
         """A pool task bound to the caller's current streams (captured now, on the caller's
         thread): the lease waits for their queued work, and they wait for the lease's."""
         consumers = _current_streams(self.devices) if self._cuda else {}
@@ -528,7 +529,8 @@ class StreamScheduler:
             ready[d] = torch.cuda.Event()
             ready[d].record(stream)
 
-        def run(fn, args, kwargs, cancelled):
+        def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                cancelled: threading.Event | None) -> Any:
             if cancelled is not None and cancelled.is_set():
                 raise _Skipped
             with self.acquire(**options) as lease:
@@ -540,7 +542,7 @@ class StreamScheduler:
                 with torch.cuda.device(lease.device), torch.cuda.stream(lease.stream):
                     result = fn(*args, **kwargs)
                 _record_stream(result, consumer)
-            lease.release_event.wait(consumer)
+            cast(ReleaseEvent, lease.release_event).wait(consumer)  # set when the lease was returned
             return result
 
         return run

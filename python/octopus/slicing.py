@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
@@ -20,15 +20,15 @@ from .ragged import RaggedBatch
 _PROBE_FRACTION = 1 / 64
 
 
-def whole_number(value, name: str, minimum: int = 0) -> int:
+def whole_number(value: Any, name: str, minimum: int = 0) -> int:
     """``value`` as an int of at least ``minimum``; a clear error naming ``name`` otherwise."""
     try:
-        value = operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
-    return value
+    if number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {number}")
+    return number
 
 
 class SliceSizer:

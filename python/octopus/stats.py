@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union, overload
 
 import torch
 
 from . import _registrations  # noqa: F401
-from .inputs import RaggedLike, RaggedResult, as_ragged
+from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ops import affine
+from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
 
@@ -21,7 +22,7 @@ STATS_BLOCK_ELEMS = 16384
 class ItemStats(NamedTuple):
     """Statistics of every item (``[M]``) or item and channel (``[M, C]``), float64."""
 
-    count: torch.Tensor
+    count: torch.Tensor  # type: ignore[assignment]  # (shadows tuple.count: the field's name says it best)
     sum: torch.Tensor
     mean: torch.Tensor
     min: torch.Tensor
@@ -78,6 +79,12 @@ def item_stats(batch: RaggedLike, channels: int = 0, *, correction: int = 1,
 Constants = Union[Sequence[float], torch.Tensor, None]
 
 
+@overload
+def normalize(batch: PackedLike, channels: int = 0, *, mean: Constants = None, std: Constants = None,
+              eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedBatch: ...
+@overload
+def normalize(batch: torch.Tensor, channels: int = 0, *, mean: Constants = None, std: Constants = None,
+              eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> torch.Tensor: ...
 def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, std: Constants = None,
               eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedResult:
     """``(x - mean) / (std + eps)`` per item (``channels=0``) or per item and channel.

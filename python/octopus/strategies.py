@@ -1,5 +1,7 @@
 """How a GPU thread finds the item its elements belong to (DESIGN.md section 2)."""
 
+from __future__ import annotations
+
 STRATEGIES = ("plan", "plan_host", "block_search", "search", "lookup")
 DEFAULT_STRATEGY = "plan"
 # Elements per work block (plan) or per tile (the other strategies); 0 means this default.
@@ -20,7 +22,7 @@ def check_strategy(strategy: str, allow_auto: bool = False) -> str:
     return strategy
 
 
-def resolve_block_elems(block_elems) -> int:
+def resolve_block_elems(block_elems: int | None) -> int:
     if block_elems is None or block_elems == 0:
         return DEFAULT_BLOCK_ELEMS
     if not isinstance(block_elems, int) or block_elems <= 0 or block_elems % 16 or block_elems > 2**30:

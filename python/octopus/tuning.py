@@ -22,11 +22,16 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, check_strategy
+
+if TYPE_CHECKING:
+    from .ragged import RaggedBatch
+
+DeviceLike = Union[torch.device, str, int]
 
 CACHE_FILE = "autotune.json"
 # The candidates: plan_host is left out (its plan is built on the host and copied, with a
@@ -47,7 +52,7 @@ class TunedChoice:
     probe_ms: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
     elapsed_s: float = 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -81,7 +86,7 @@ def cache_key(device: torch.device) -> str:
     return f"{device_name(device)}|octopus {__version__}|torch {torch.__version__}"
 
 
-def _read_cache(path: Path) -> dict:
+def _read_cache(path: Path) -> Dict[str, Any]:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -90,7 +95,7 @@ def _read_cache(path: Path) -> dict:
         return {}
 
 
-def _write_cache(path: Path, data: dict) -> None:
+def _write_cache(path: Path, data: Dict[str, Any]) -> None:
     """Atomic: readers see the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".autotune-", suffix=".json", dir=path.parent)
@@ -103,7 +108,7 @@ def _write_cache(path: Path, data: dict) -> None:
         raise
 
 
-def _from_entry(entry, device: torch.device, key: str) -> Optional[TunedChoice]:
+def _from_entry(entry: Any, device: torch.device, key: str) -> Optional[TunedChoice]:
     """A cached entry, or None where it is malformed."""
     try:
         strategy, block = entry["strategy"], int(entry["block_elems"])
@@ -116,7 +121,7 @@ def _from_entry(entry, device: torch.device, key: str) -> Optional[TunedChoice]:
         return None
 
 
-def tuned_choice(device) -> TunedChoice:
+def tuned_choice(device: DeviceLike) -> TunedChoice:
     """The choice ``strategy="auto"`` uses on ``device`` (never probes)."""
     device = torch.device(device)
     slot = _device_key(device)
@@ -148,7 +153,7 @@ def forget() -> None:
     _CHOICES.clear()
 
 
-def _probe_batches(device: torch.device):
+def _probe_batches(device: torch.device) -> Dict[str, RaggedBatch]:
     """Two probes: memory-bound (fp32 items of 3K-8K elements, 16x the L2 on a GPU: large
     enough that the block size's effect on streaming shows) and location-bound (items of
     16-256 elements, 4x the L2: finding the item costs as much as moving the bytes)."""
@@ -172,7 +177,7 @@ def _probe_batches(device: torch.device):
     return batches
 
 
-def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]] = None,
+def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strategies: Optional[List[str]] = None,
              block_sizes: Optional[List[int]] = None, repeats: int = 9) -> TunedChoice:
     """Measures the strategies and block sizes on ``device`` (default: the current CUDA
     device, else the CPU) with two short probes and makes the fastest the choice of
@@ -208,20 +213,22 @@ def autotune(device=None, *, force: bool = False, strategies: Optional[List[str]
         probe_ms[probe] = {}
         for s in strategies:
             for b in block_sizes:
-                def one_pass(s=s, b=b):
-                    meta = None
+                def one_pass(s: str = s, b: int = b) -> torch.Tensor:
+                    meta: Optional[torch.Tensor] = None
                     if s == "plan":
                         meta = torch.ops.octopus.plan(batch.offsets, batch.numel(), b)
                     elif s == "lookup":
                         meta = torch.ops.octopus.lookup_table(batch.offsets, batch.numel())
-                    return torch.ops.octopus.affine(batch.values, batch.offsets, scale, bias, s, b, meta, False)
+                    out: torch.Tensor = torch.ops.octopus.affine(batch.values, batch.offsets, scale, bias, s, b,
+                                                                 meta, False)
+                    return out
                 probe_ms[probe][f"{s}:{b}"] = median_ms(one_pass, device, warmup=1, repeats=repeats)
-    scores = {}
+    scores: Dict[str, float] = {}
     for probe, times in probe_ms.items():
         best = min(times.values())
         for cand, ms in times.items():
             scores[cand] = scores.get(cand, 0.0) + ms / best
-    winner = min(scores, key=scores.get)
+    winner = min(scores, key=lambda cand: scores[cand])
     strategy, block = winner.split(":")
     choice = TunedChoice(strategy, int(block), device_name(device), key, "probe", probe_ms,
                          time.perf_counter() - t0)

@@ -23,7 +23,7 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -257,8 +257,9 @@ def main(argv=None) -> int:
 
     tune = tuned.as_dict()
     tune["verdicts"] = autotune_verdicts(rows, tuned.strategy, tuned.block_elems)
-    result = dict(schema=SCHEMA, environment=environment(device), copy_gbs=copy_gbs, scale_down=scale_down,
-                  energy=measurer.energy_note, autotune=tune, rows=rows, scaling=scaling, plots=[])
+    result: Dict[str, Any] = dict(schema=SCHEMA, environment=environment(device), copy_gbs=copy_gbs,
+                                  scale_down=scale_down, energy=measurer.energy_note, autotune=tune, rows=rows,
+                                  scaling=scaling, plots=[])
     if not args.no_plots:
         try:
             result["plots"] = plot(result, args.out)

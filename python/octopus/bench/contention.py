@@ -3,12 +3,16 @@ a latency-critical (LC) job sharing one GPU with best-effort (BE) work, every wa
 running them side by side in one run.
 
 LC jobs, issued every ``--period-ms`` (2 ms) from one thread, each timed from submission to
-completion on the host (the lease's acquire and release included where there is one):
+completion on the host (the lease's acquire and release included where there is one)::
+
   mlp     a batch-1 MLP of 24 layers of 1024x1024 fp32 (48 small kernels), one CUDA graph
   ragged  one octopus.affine over a small RaggedBatch (256 items of 512-4096 elements)
-BE work, looped by another thread (TF32 matmuls, as the reference measurements):
+
+BE work, looped by another thread (TF32 matmuls, as the reference measurements)::
+
   matmul  8192x8192 @ 8192x8192 fp32 products (one ~3 ms kernel each, every SM busy)
   ragged  octopus.affine over a 500M-element RaggedBatch (a ~1.5 ms kernel)
+
 Modes: each job alone; plain streams; priority streams (LC on a high-priority stream,
 also with the BE work sliced); torch green contexts (LC on k SMs, BE on the rest, as the
 reference did); and octopus leases (LC ``priority="high"``, BE ``best_effort=True``) with
@@ -30,7 +34,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -90,7 +94,7 @@ class Workloads:
         self.big._host_layout = (offsets, sizes.view(-1, 1))
         self.big_scale = torch.rand(len(self.big), device=device, generator=g)
         self.big_bias = torch.randn(len(self.big), device=device, generator=g)
-        self._big_parts = {}
+        self._big_parts: Dict[Any, Any] = {}
 
     def mlp(self, x):
         for w in self.weights:
@@ -135,12 +139,13 @@ class Runner:
         self.graph = w.mlp_graph(torch.cuda.Stream())
         self.start_event = torch.cuda.Event(enable_timing=True)
         self.end_event = torch.cuda.Event(enable_timing=True)
-        self.be_alone_rates = {}
+        self.be_alone_rates: Dict[str, float] = {}
 
     # -- the LC job ---------------------------------------------------------------------
 
-    def _lc_body(self, lc: str, graph: torch.cuda.CUDAGraph) -> Callable[[], object]:
+    def _lc_body(self, lc: str, graph: Optional[torch.cuda.CUDAGraph]) -> Callable[[], object]:
         if lc == "mlp":
+            assert graph is not None, "the mlp job replays a graph"
             return graph.replay
         return self.w.small_affine
 
@@ -149,14 +154,14 @@ class Runner:
         if mode.lc_stream == "lease":
             body = self._lc_body(mode.lc, self.graph)
 
-            def launch():
+            def launch_leased():
                 with sched.acquire("lc", priority="high") as lease:
                     with torch.cuda.stream(lease.stream):
                         start.record()
                         body()
                         end.record()
                     end.synchronize()
-            return launch
+            return launch_leased
         if mode.lc_stream == "green":
             stream = green[0]
             body = self._lc_body(mode.lc, self.w.mlp_graph(stream) if mode.lc == "mlp" else None)
@@ -212,12 +217,12 @@ class Runner:
                     octopus.affine(part, scale, bias)
 
         if mode.be_stream == "lease":
-            def product():
+            def product_leased():
                 lease = sched.acquire("be." + mode.be, best_effort=True)
                 with lease, torch.cuda.stream(lease.stream):
                     launch_slices(lease.checkpoint)
                 return lease.release_event
-            return product
+            return product_leased
         stream = green[1] if mode.be_stream == "green" else self.normal
 
         def product():
@@ -231,7 +236,7 @@ class Runner:
     @staticmethod
     def _be_loop(product: Callable[[], object], stop: threading.Event, completions: List[float],
                  errors: List[BaseException]) -> None:
-        pending = collections.deque()
+        pending: collections.deque[Any] = collections.deque()
         try:
             while not stop.is_set():
                 pending.append(product())
@@ -319,11 +324,11 @@ def _torch_green_streams(lc_sms: int):
 
     total = torch.cuda.get_device_properties(0).multi_processor_count
     lc_ctx, be_ctx = create(lc_sms), create(total - lc_sms)
-    _torch_green_streams.keep.extend([lc_ctx, be_ctx])  # streams die with their context
+    _GREEN_CONTEXTS.extend([lc_ctx, be_ctx])  # streams die with their context
     return lc_ctx.Stream(), be_ctx.Stream()
 
 
-_torch_green_streams.keep = []
+_GREEN_CONTEXTS: List[Any] = []  # every green context made, kept for the life of the process
 
 
 def _count_name(n: int) -> str:
@@ -336,7 +341,7 @@ def modes(rows: List[int], in_flights: List[int], partitions: List[int], element
            Mode("mlp alone, lease", "mlp", "matmul", lc_stream="lease", be_stream="none"),
            Mode("ragged LC alone", "ragged", "matmul", be_stream="none"),
            Mode("ragged LC alone, lease", "ragged", "matmul", lc_stream="lease", be_stream="none")]
-    lease = dict(lc_stream="lease", be_stream="lease")
+    lease: Dict[str, Any] = dict(lc_stream="lease", be_stream="lease")
     for lc, be, slices in (("mlp", "matmul", rows), ("ragged", "matmul", rows[:2]), ("mlp", "ragged", elements)):
         unit = "rows" if be == "matmul" else "elements"
         full = lc == "mlp" and be == "matmul"  # the full sweep; a few modes for the other pairs
@@ -378,12 +383,13 @@ def summarize(rows: List[dict], alone_ms: dict) -> List[dict]:
 def format_table(rows: List[dict]) -> str:
     row = "{:<78}{:>9}{:>9}{:>11}{:>7}{:>8}"
     lines = [row.format("mode", "p50 ms", "p99 ms", "p99/alone", "BE %", "target")]
+    labels: Dict[Optional[bool], str] = {True: "yes", False: "no"}
     for r in rows:
         if "error" in r:
             lines.append(f"{r['name']:<78}  error: {r['error'][:120]}")
             continue
         share = f"{100 * r['be_share']:.0f}" if "be_share" in r else "-"
-        target = {True: "yes", False: "no"}.get(r.get("meets_target"), "-")
+        target = labels.get(r.get("meets_target"), "-")
         lines.append(row.format(r["name"], f"{r['lc_p50_ms']:.3f}", f"{r['lc_p99_ms']:.3f}",
                                 f"{r.get('lc_p99_over_alone', float('nan')):.2f}", share, target))
     return "\n".join(lines)

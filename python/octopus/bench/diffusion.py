@@ -14,6 +14,8 @@ history) at the device's measured copy bandwidth. CUDA events, medians after war
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from octopus import diffusion as od
@@ -85,9 +87,9 @@ def run(measurer: Measurer, shapes, steps: int, repeats: int, copy_gbs: float, s
         m = torch.randn(shape, device=device, generator=g)
         nbytes = x.numel() * 4
         for sampler in ("DDIM", "DPMSolverPP2M"):
-            config = dict(clip_sample=False) if sampler == "DDIM" else {}
+            config: dict[str, Any] = dict(clip_sample=False) if sampler == "DDIM" else {}
             cls = od.DDIMScheduler if sampler == "DDIM" else od.DPMSolverMultistepScheduler
-            sched = cls(**config)
+            sched: Any = cls(**config)
             sched.set_timesteps(steps, device=device)
             # Every sample at its own step (DPM's history holds whatever the last call left).
             picks = torch.randint(0, steps, (n,), generator=torch.Generator().manual_seed(1))

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -104,12 +105,13 @@ def main(argv=None) -> int:
         _run_rank(int(os.environ["RANK"]), world, args, "env://", int(os.environ.get("LOCAL_RANK", 0)))
         return 0
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
     # Ranks forked from a server that imported torch once (a fresh interpreter per rank
     # would import it in each); the server itself touches no GPU.
     mp.get_context("forkserver").set_forkserver_preload(["torch", "octopus.bench.distributed"])
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_spawned_rank, args=(world, args, f"file://{os.path.join(tmp, 'store')}"),
-                           nprocs=world, start_method="forkserver")
+        start_processes(_spawned_rank, args=(world, args, f"file://{os.path.join(tmp, 'store')}"),
+                        nprocs=world, start_method="forkserver")
     return 0
 
 
@@ -160,7 +162,7 @@ class _Bench:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def timed(self, methods: Dict[str, Callable[[], object]], alone: Sequence[str] = ()) -> Dict[str, dict]:
+    def timed(self, methods: Mapping[str, Callable[[], object]], alone: Sequence[str] = ()) -> Dict[str, dict]:
         """Times the methods in turn within each repeat (so that a machine's drifting load
         touches them alike): a barrier, then the method on every rank (on rank 0 only for
         those named in ``alone``), timed on the host up to a device synchronization. Per
@@ -177,7 +179,7 @@ class _Bench:
                     self._sync()
                 if k >= self.args.warmup:
                     mine[name].append((time.perf_counter() - start) * 1e3 if runs else 0.0)
-        every: List[Optional[Dict[str, List[float]]]] = [None] * self.world
+        every: List[Any] = [None] * self.world  # every rank's Dict[str, List[float]], once gathered
         dist.all_gather_object(every, mine)
         result = {}
         for name in methods:
@@ -216,6 +218,7 @@ class _Bench:
     def _exchange_row(self, name: str, pattern: str, batch: octopus.RaggedBatch) -> dict:
         dest = self._destinations(pattern, batch)
         layout, _ = packing.SendLayout.by_destination(batch.offsets, dest, self.world)
+        assert layout is not None, "the destinations are ranks of the group"
         send_splits = layout.elements_per_rank
         group = RankGroup(None, "all_to_all")
         header = Contribution(item_dim=batch.item_dim, dtype=batch.dtype, device_type=self.device.type)
@@ -225,12 +228,13 @@ class _Bench:
         row = dict(distribution=name, pattern=pattern, items_per_rank=len(batch), elements_per_rank=batch.numel(),
                    bytes_per_rank=4 * batch.numel(), runs=layout.move.runs, moves=layout.move.moves_elements,
                    send_elements=send_splits)
-        methods = dict(
+        methods: Dict[str, Callable[[], object]] = dict(
             octopus_all_to_all=lambda: odist.all_to_all(batch, dest),
             # its output allocated per call, as all_to_all's is
             all_to_all_single=lambda: dist.all_to_all_single(dense.new_empty(total), dense, recv_splits, send_splits),
             counts_exchange=lambda: group.agree(header, layout.items_per_rank, send_splits),
-            plan_and_pack=lambda: packing.SendLayout.by_destination(batch.offsets, dest, self.world)[0].pack(batch))
+            plan_and_pack=lambda: cast(packing.SendLayout, packing.SendLayout.by_destination(
+                batch.offsets, dest, self.world)[0]).pack(batch))
         if layout.move.moves_elements:
             methods.update(move_index=lambda: _moved(layout.move, batch.values, 1 << 62))
             if layout.move.runs <= MAX_FORCED_SLICES:  # beyond, a slice per run takes seconds of host time
@@ -261,10 +265,10 @@ class _Bench:
             for k, part in parts.items():
                 gathered = odist.gather(octopus.normalize(part), 0)
                 checked[k] = self.rank != 0 or torch.allclose(gathered.values, reference.values, atol=1e-5)
-            methods = dict(one_process=lambda: octopus.normalize(whole))
+            methods: Dict[str, Callable[[], object]] = dict(one_process=lambda: octopus.normalize(whole))
             for k, part in parts.items():
-                methods[k] = lambda part=part: octopus.normalize(part)
-                methods[f"{k}_and_gather"] = lambda part=part: odist.gather(octopus.normalize(part), 0)
+                methods[k] = functools.partial(octopus.normalize, part)
+                methods[f"{k}_and_gather"] = functools.partial(_normalize_and_gather, part)
             times = self.timed(methods, alone=["one_process"])
             alone = times["one_process"]
             for k, b in bounds.items():
@@ -277,6 +281,11 @@ class _Bench:
                                  speedup=alone["ms"] / step["ms"], speedup_with_gather=alone["ms"] / with_gather["ms"],
                                  checked=bool(checked[k])))
         return rows
+
+
+def _normalize_and_gather(part: octopus.RaggedBatch) -> octopus.RaggedBatch:
+    """What each rank does in the pipeline: normalize its part, gather the results on rank 0."""
+    return odist.gather(octopus.normalize(part), 0)
 
 
 def _moved(move: packing.ItemMove, values: torch.Tensor, min_run_elements: int) -> torch.Tensor:

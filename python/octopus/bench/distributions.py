@@ -147,7 +147,7 @@ def _text_sizes(path: str, text: str) -> torch.Tensor:
     rows, width = [], None
     for line_no, line, nums in _number_lines(path, text):
         if len(nums) >= 4:  # VisDrone: left, top, width, height, score, category, ...
-            shape = (nums[3], nums[2])
+            shape: Tuple[float, ...] = (nums[3], nums[2])
         elif len(nums) in (1, 2):
             shape = tuple(nums)
         else:

@@ -5,7 +5,7 @@ expose the counter; elsewhere :class:`EnergyCounter` reports itself unavailable.
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 
@@ -47,7 +47,8 @@ class EnergyCounter:
 
     def millijoules(self) -> Optional[int]:
         value = ctypes.c_ulonglong()
-        if self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(value)) != 0:
+        nvml = cast(ctypes.CDLL, self._nvml)  # called where NVML was found
+        if nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(value)) != 0:
             return None
         return value.value
 

@@ -5,7 +5,7 @@ bandwidth)."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, cast
 
 import torch
 import torch.nn.functional as F
@@ -118,12 +118,13 @@ def run_tiles(measurer: Measurer, copy_gbs: float, repeats: int, baselines: bool
     row("octopus tile_filter, back-to-back calls (per call)", measurer.back_to_back(stats),
         note="host launch overlapped with the previous call's kernel")
     res = octopus.tile_filter(image, tiles, threshold, max_fraction=max_fraction, gather=True, validate=False)
-    kept_values = res.kept.numel()
+    kept = cast(octopus.RaggedBatch, res.kept)  # gather=True
+    kept_values = kept.numel()
     row("octopus tile_filter + gather kept tiles",
         measurer.measure(lambda: octopus.tile_filter(image, tiles, threshold, max_fraction=max_fraction, gather=True,
                                                      validate=False), repeats=repeats),
         moved=4 * side * side + 8 * kept_values,
-        note=f"{len(res.kept)} of {len(tiles)} tiles kept; floor adds their read + write; one host sync")
+        note=f"{len(kept)} of {len(tiles)} tiles kept; floor adds their read + write; one host sync")
     if baselines:
         host_tiles = tiles.tolist()
         img = image[0]

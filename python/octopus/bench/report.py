@@ -7,7 +7,7 @@ import datetime
 import math
 import os
 import platform
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -16,7 +16,7 @@ import octopus
 SCHEMA = "octopus-bench/1"
 
 # key -> type(s) its value must have in every row (None allowed where a measurement is missing).
-ROW_FIELDS = {
+ROW_FIELDS: Dict[str, Union[type, Tuple[type, ...]]] = {
     "workload": str, "distribution": str, "items": int, "elements": int, "method": str,
     "strategy": (str, type(None)), "block_elems": (int, type(None)), "setup_ms": (float, int),
     "h2d_ms": (float, int), "metadata_mb": (float, int), "kernel_ms": (float, type(None)),
@@ -24,14 +24,14 @@ ROW_FIELDS = {
     "pct_copy": (float, type(None)), "peak_mb": (float, type(None)), "energy_mj": (float, type(None)),
     "note": str,
 }
-TOP_FIELDS = {"schema": str, "environment": dict, "copy_gbs": float, "scale_down": int, "energy": str,
+TOP_FIELDS: Dict[str, type] = {"schema": str, "environment": dict, "copy_gbs": float, "scale_down": int, "energy": str,
               "autotune": dict, "rows": list, "scaling": list, "plots": list}
 ENVIRONMENT_FIELDS = ("date", "device", "device_type", "torch", "octopus", "python", "driver", "cuda")
 
 
 def environment(device: torch.device) -> dict:
     from .energy import driver_version
-    env = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    env: Dict[str, Any] = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                torch=torch.__version__, octopus=octopus.__version__, python=platform.python_version(),
                device_type=device.type, cuda=torch.version.cuda, driver=None)
     if device.type == "cuda":
@@ -58,10 +58,10 @@ def validate(result: dict) -> List[str]:
             problems.append(f"environment lacks {key!r}")
     for where in ("rows", "scaling"):
         for k, row in enumerate(result.get(where) or []):
-            for key, kind in ROW_FIELDS.items():
+            for key, row_kind in ROW_FIELDS.items():
                 if key not in row:
                     problems.append(f"{where}[{k}] lacks {key!r}")
-                elif not isinstance(row[key], kind) or isinstance(row[key], bool):
+                elif not isinstance(row[key], row_kind) or isinstance(row[key], bool):
                     problems.append(f"{where}[{k}][{key!r}] has type {type(row[key]).__name__}")
             if row.get("kernel_ms") is None and not row.get("note"):
                 problems.append(f"{where}[{k}] has no measurement and no note saying why")

@@ -1,11 +1,13 @@
 """``python -m octopus.bench.scheduler``: what leased streams buy for many independent jobs.
 
-Workloads (inputs are random, allocated before timing):
+Workloads (inputs are random, allocated before timing)::
+
   small   1000 jobs, each four element-wise / reduction kernels on 64K-1M float32 elements
   matmul  64 jobs, each one 2048x2048 float32 matmul
   sync    256 jobs, each a 1024x1024 float32 matmul whose reduction is read back with
           .item() (a host synchronization per job, as post-processing code often has;
           no CUDA graph of it is possible)
+
 Modes, side by side in one run: one stream in a Python loop; ``StreamScheduler.map`` with
 K = 1, 2, 4, 8 leased streams; a CUDA graph of the one-stream loop (captured once,
 replayed). Each is timed end to end on the host (all jobs issued, then synchronized),

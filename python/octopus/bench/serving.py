@@ -9,7 +9,8 @@ priority, then arrival, and uses the same model: a diffusers ``UNet2DModel`` wit
 weights (``--model realistic``: 25.3M parameters, blocks of 64/128/256/256 channels, two layers
 each, attention at the third level, float16 on the GPU; ``--model tiny`` for a CPU smoke run).
 
-Modes, side by side in one run:
+Modes, side by side in one run::
+
   (a) serial       one request at a time through diffusers' scheduler (what a user writes today);
                    run once at the lowest rate; at the others its latencies are computed from
                    the measured service times with the FIFO recurrence of one server
@@ -25,6 +26,7 @@ Modes, side by side in one run:
                    (``octopus-graphs``), and with graphs and a latency policy for high-priority
                    requests (``octopus-priority``: ``preempt=True``,
                    ``high_priority_batch=--priority-batch``)
+
 Reported per mode and rate: throughput (images/s), latency p50/p99 (overall and high
 priority; wall time from arrival to completion), the share of iteration time spent in the
 scheduler step (CUDA events around the step(s) and the iteration), mean batch, GPU
@@ -41,6 +43,7 @@ import argparse
 import collections
 import concurrent.futures
 import ctypes
+import functools
 import json
 import math
 import os
@@ -48,7 +51,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable, Dict, List
 
 import torch
 
@@ -134,7 +137,8 @@ class IterationClock:
     """Times iterations and their scheduler step(s): CUDA events on a GPU, host clocks on the CPU."""
 
     def __init__(self, device: torch.device):
-        self.device, self.marks = device, []
+        self.device = device
+        self.marks: List[Any] = []
 
     def mark(self):
         if self.device.type == "cuda":
@@ -271,7 +275,9 @@ def _finish(completions: dict, members: list, loop: ArrivalLoop, device: torch.d
 @torch.no_grad()
 def run_serial(model, workload, device, dtype, timeout) -> dict:
     """(a): each request alone, priority then arrival order; per-request service times kept."""
-    loop, clock, completions, service = ArrivalLoop(workload, timeout), IterationClock(device), {}, {}
+    loop, clock = ArrivalLoop(workload, timeout), IterationClock(device)
+    completions: Dict[int, float] = {}
+    service: Dict[int, float] = {}
     while not loop.done() and not loop.expired():
         loop.idle_until_arrival()
         spec = loop.waiting.pop(0)
@@ -293,7 +299,8 @@ def run_serial(model, workload, device, dtype, timeout) -> dict:
 @torch.no_grad()
 def run_static(model, workload, device, dtype, timeout, max_batch: int, wait: float) -> dict:
     """(b): a batch of one shape runs to completion before the next starts."""
-    loop, clock, completions = ArrivalLoop(workload, timeout), IterationClock(device), {}
+    loop, clock = ArrivalLoop(workload, timeout), IterationClock(device)
+    completions: Dict[int, float] = {}
     while not loop.done() and not loop.expired():
         loop.idle_until_arrival()
         shape = loop.waiting[0]["shape"]
@@ -321,7 +328,9 @@ def run_static(model, workload, device, dtype, timeout, max_batch: int, wait: fl
 def run_step_level(model, workload, device, dtype, timeout, max_batch: int) -> dict:
     """(c): requests join and leave at any step; a batched model call per shape, then one
     diffusers step per request."""
-    loop, clock, completions, active = ArrivalLoop(workload, timeout), IterationClock(device), {}, []
+    loop, clock = ArrivalLoop(workload, timeout), IterationClock(device)
+    completions: Dict[int, float] = {}
+    active: List[Any] = []
     while not loop.done() or active:
         if loop.expired():
             break
@@ -362,7 +371,8 @@ class OctopusServer:
 
     def run(self, workload, timeout: float, preempt: bool = False, high_priority_batch: int | None = None) -> dict:
         self.sampler.preempt, self.sampler.high_priority_batch = preempt, high_priority_batch
-        completions, start = {}, time.perf_counter()
+        completions: Dict[int, float] = {}
+        start = time.perf_counter()
         self.sampler.iteration_timings()  # drop what earlier runs recorded
         before = self.sampler.stats()
         futures = []
@@ -371,8 +381,7 @@ class OctopusServer:
             future = self.sampler.submit(shape=spec["shape"], scheduler=spec["scheduler"],
                                          scheduler_config=spec["config"], num_inference_steps=spec["steps"],
                                          seed=spec["seed"], priority="high" if spec["high"] else "normal")
-            future.add_done_callback(lambda f, i=spec["id"]: f.exception() is None and completions.__setitem__(
-                i, time.perf_counter() - start))
+            future.add_done_callback(functools.partial(_record_completion, completions, spec["id"], start))
             futures.append(future)
         concurrent.futures.wait(futures, timeout=max(0.0, timeout - (time.perf_counter() - start)))
         timings = self.sampler.iteration_timings()
@@ -387,11 +396,20 @@ class OctopusServer:
         self.sampler.close()
 
 
+def _record_completion(completions: Dict[int, float], request_id: int, start: float,
+                       future: concurrent.futures.Future[Any]) -> None:
+    """A done callback: the request's completion time since ``start``, where it succeeded."""
+    if future.exception() is None:
+        completions[request_id] = time.perf_counter() - start
+
+
 def derived_serial(workload: list[dict], service: dict) -> dict:
     """(a) at another rate: one server, priority then arrival order, the measured service
     time of each request."""
     pending = sorted(workload, key=lambda r: r["arrival"])
-    waiting, clock, completions = [], 0.0, {}
+    waiting: List[Any] = []
+    clock = 0.0
+    completions: Dict[int, float] = {}
     while pending or waiting:
         if not waiting:
             clock = max(clock, pending[0]["arrival"])

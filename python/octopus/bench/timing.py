@@ -2,7 +2,7 @@
 
 import statistics
 import time
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -80,7 +80,7 @@ class Measurer:
     def __init__(self, device: torch.device, energy_window_ms: float = 0.0):
         self.device = device
         self.energy_window_ms = energy_window_ms
-        self.energy = None
+        self.energy: Any = None  # an EnergyCounter where NVML has one
         self.energy_note = "no GPU" if device.type != "cuda" else "disabled (--energy-window-ms 0)"
         if device.type == "cuda" and energy_window_ms > 0:
             from .energy import EnergyCounter

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Hashable, Sequence
+from typing import Hashable, Sequence, cast
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ class Group:
 
     key: Hashable
     shape: tuple[int, ...]
-    members: list
+    members: list[Member]
     start: int
     base: int
 
@@ -65,7 +65,7 @@ class LatentArena:
 
     def __init__(self, device: torch.device, dtype: torch.dtype):
         self.device, self.dtype = device, dtype
-        self.members: list = []
+        self.members: list[Member] = []
         self.groups: list[Group] = []
         self.latents = torch.empty(0, device=device, dtype=dtype)
         self.model_output = torch.empty(0, device=device, dtype=dtype)
@@ -97,9 +97,10 @@ class LatentArena:
         return self.state[:member.state_rows, start:start + group.per].clone()
 
     def _locate(self, member: Member) -> tuple[Group, int]:
+        position = cast(int, member.position)  # every member in the arena has one
         for group in self.groups:
-            if group.start <= member.position < group.start + group.size:
-                return group, member.position - group.start
+            if group.start <= position < group.start + group.size:
+                return group, position - group.start
         raise KeyError("the member is not in the arena")
 
     # -- layout -------------------------------------------------------------------------
@@ -109,12 +110,13 @@ class LatentArena:
         new buffers; every member's position is updated."""
         old_groups = {g.key: g for g in self.groups}
         old_latents, old_state = self.latents, self.state
-        by_key: dict = {}
+        by_key: dict[Hashable, list[Member]] = {}
         for m in members:
             by_key.setdefault(m.key, []).append(m)
         groups, start, base = [], 0, 0
         for key, group_members in by_key.items():
-            survivors = sorted((m for m in group_members if m.position is not None), key=lambda m: m.position)
+            survivors = sorted((m for m in group_members if m.position is not None),
+                               key=lambda m: cast(int, m.position))
             newcomers = [m for m in group_members if m.position is None]
             ordered = survivors + newcomers
             groups.append(Group(key, ordered[0].shape, ordered, start, base))
@@ -128,7 +130,7 @@ class LatentArena:
             survivors = [m for m in group.members if m.position is not None]
             if survivors:
                 old = old_groups[group.key]
-                source = [m.position - old.start for m in survivors]
+                source = [cast(int, m.position) - old.start for m in survivors]
                 old_view = old_latents[old.span()].view(old.size, per)
                 _gather_rows(view[:len(survivors)], old_view, source, self.device)
                 if state is not None and old_state is not None:
@@ -137,7 +139,7 @@ class LatentArena:
                     _gather_rows(new, old_state[:rows, old.span()].view(rows, old.size, per), source, self.device,
                                  dim=1)
             for j, m in enumerate(group.members[len(survivors):], start=len(survivors)):
-                view[j].copy_(m.pending_latents.reshape(-1), non_blocking=True)
+                view[j].copy_(cast(torch.Tensor, m.pending_latents).reshape(-1), non_blocking=True)  # a newcomer's
                 if m.pending_state is not None and state is not None:
                     at = group.base + j * per
                     state[:m.pending_state.shape[0], at:at + per].copy_(m.pending_state, non_blocking=True)
@@ -151,7 +153,7 @@ class LatentArena:
         self.offsets = to_device(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), self.device)
 
 
-def _gather_rows(dst: torch.Tensor, src: torch.Tensor, rows: list, device: torch.device, dim: int = 0) -> None:
+def _gather_rows(dst: torch.Tensor, src: torch.Tensor, rows: list[int], device: torch.device, dim: int = 0) -> None:
     """dst = src's ``rows`` along ``dim``: a plain copy when they are its first rows in order."""
     if rows == list(range(len(rows))):
         dst.copy_(src.narrow(dim, 0, len(rows)))

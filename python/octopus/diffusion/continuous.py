@@ -19,17 +19,18 @@ import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
 
 from ..scheduler import DeadlineMissed, StreamScheduler
 from .arena import LatentArena, Member
-from .model_runner import ModelRunner
+from .model_runner import GroupCall, ModelRunner
 from .requests import (AdmissionQueue, SampleResult, SamplingRequest, check_request,
                        resolve_scheduler, sampler_row)
 from .rows import RowTables, SamplerRow, fused_step, to_device
+from .schedulers import _BatchedScheduler
 
 HIGH_PRIORITY = 1  # "high" (StreamScheduler's scale): what high_priority_batch protects
 _OPEN: "weakref.WeakSet[ContinuousSampler]" = weakref.WeakSet()
@@ -44,13 +45,13 @@ def _close_open_samplers() -> None:
             sampler.close(cancel=True, timeout=30)
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, kw_only=True)
 class _Running(Member):
     """A request from submission to its result (a :class:`Member` of the arena while active)."""
 
-    request: SamplingRequest | None = None
-    future: concurrent.futures.Future | None = None
-    row: SamplerRow | None = None
+    request: SamplingRequest
+    row: SamplerRow
+    future: concurrent.futures.Future[SampleResult] = dataclasses.field(default_factory=concurrent.futures.Future)
     priority: int = 0
     deadline: float | None = None
     bytes: int = 0
@@ -61,8 +62,8 @@ class _Running(Member):
     slot: int | None = None
     divisors: np.ndarray | None = None     # euler: what each step's model input is divided by
     generator: torch.Generator | None = None  # ddim with eta: its step noise
-    cond: dict = dataclasses.field(default_factory=dict)
-    neg: dict = dataclasses.field(default_factory=dict)
+    cond: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    neg: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     failed: bool = False
 
 
@@ -100,7 +101,7 @@ class ContinuousSampler:
     iteration; they may be changed while the sampler runs (``max_batch`` may not).
     """
 
-    def __init__(self, model: Callable, *, max_batch: int = 32, device: torch.device | str | None = None,
+    def __init__(self, model: Callable[..., Any], *, max_batch: int = 32, device: torch.device | str | None = None,
                  dtype: torch.dtype | None = None, scheduler: Any = None, memory_budget: int | None = None,
                  model_bytes_per_element: float = 0.0, stream_scheduler: StreamScheduler | None = None,
                  cuda_graphs: bool = False, max_graphs: int = 64, preempt: bool = False,
@@ -127,8 +128,8 @@ class ContinuousSampler:
         self.memory_budget, self.model_bytes_per_element = memory_budget, float(model_bytes_per_element)
         self.preempt = bool(preempt)
         self._default_scheduler = scheduler
-        self._schedulers: dict = {}
-        self._owned_streams = None
+        self._schedulers: dict[tuple[type, str], _BatchedScheduler] = {}
+        self._owned_streams: StreamScheduler | None = None
         if self.device.type == "cuda" and stream_scheduler is None:
             stream_scheduler = self._owned_streams = StreamScheduler(4, devices=[self.device.index])
         self._runner = ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs)
@@ -136,9 +137,9 @@ class ContinuousSampler:
         self._tables: RowTables | None = None
         self._free_slots = list(range(max_batch - 1, -1, -1))
         self._sample_rows = torch.zeros(0, dtype=torch.int64, device=self.device)
-        self._plans: list = []
+        self._plans: list[GroupCall] = []
         self._active: list[_Running] = []
-        self._queue = AdmissionQueue()
+        self._queue: AdmissionQueue[_Running] = AdmissionQueue()
         self._layout_changed = False
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
@@ -147,7 +148,7 @@ class ContinuousSampler:
         self._counts = dict(submitted=0, completed=0, failed=0, cancelled=0, expired=0, parked=0, iterations=0,
                             sample_steps=0)
         self._record = record_iterations
-        self._timings: list = []
+        self._timings: list[dict[str, Any]] = []
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self._finisher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="octopus-sampler-finish")
         self._thread = threading.Thread(target=self._loop, name="octopus-sampler", daemon=True)
@@ -156,7 +157,8 @@ class ContinuousSampler:
 
     # -- the caller's side --------------------------------------------------------------
 
-    def submit(self, request: SamplingRequest | None = None, /, **fields: Any) -> concurrent.futures.Future:
+    def submit(self, request: SamplingRequest | None = None, /,
+               **fields: Any) -> concurrent.futures.Future[SampleResult]:
         """Queues a request (a :class:`SamplingRequest`, or its fields as keywords) and
         returns the future of its :class:`SampleResult`. Bad requests raise here."""
         if request is None:
@@ -179,7 +181,6 @@ class ContinuousSampler:
         if self.memory_budget is not None and running.bytes > self.memory_budget:
             raise ValueError(f"the request needs about {running.bytes} bytes, more than memory_budget "
                              f"({self.memory_budget})")
-        running.future = concurrent.futures.Future()
         with self._lock:
             if self._closing:
                 raise RuntimeError("the sampler is closed")
@@ -207,7 +208,7 @@ class ContinuousSampler:
     def __enter__(self) -> "ContinuousSampler":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def stats(self) -> dict[str, Any]:
@@ -309,10 +310,9 @@ class ContinuousSampler:
             self._arena.rebuild(self._active)
             self._plans = self._runner.plans(self._arena, lambda m: (m.priority, m.cond, m.neg,
                                                                      m.request.guidance_scale))
-            self._sample_rows = to_device(np.array([m.slot for m in self._arena.members], dtype=np.int64),
-                                          self.device)
+            self._sample_rows = to_device(np.array([m.slot for m in self._members()], dtype=np.int64), self.device)
             self._layout_changed = False
-        members = self._arena.members
+        members = self._members()
         timing = self._begin_timing(len(members))
         timesteps = to_device(np.array([m.row.timesteps[m.step] for m in members]), self.device)
         divisors = None
@@ -325,7 +325,8 @@ class ContinuousSampler:
         self._mark(timing)
         noise = self._step_noise(members)
         prev, _ = fused_step(self._arena.model_output, self._arena.latents, self._arena.offsets, timesteps,
-                             self._tables, sample_rows=self._sample_rows, noise=noise, state=self._arena.state)
+                             cast(RowTables, self._tables),  # built when the first request joined
+                             sample_rows=self._sample_rows, noise=noise, state=self._arena.state)
         self._arena.latents = prev
         self._end_timing(timing, step_host)
         self._counts["iterations"] += 1
@@ -336,6 +337,10 @@ class ContinuousSampler:
             m.step += 1
             if m.step == m.row.num_steps:
                 self._finish(m)
+
+    def _members(self) -> list[_Running]:
+        """The arena's members, in their order there (the active requests)."""
+        return cast("list[_Running]", self._arena.members)
 
     # -- admission ----------------------------------------------------------------------
 
@@ -357,7 +362,7 @@ class ContinuousSampler:
         if self.preempt:
             self._park_for_priority()
         while len(self._queue):
-            head = self._queue.peek()
+            head = cast(_Running, self._queue.peek())  # the queue is not empty
             if not self._fits(head):
                 return
             self._queue.pop()
@@ -377,7 +382,7 @@ class ContinuousSampler:
         """Parks the lowest-priority running samples while a higher-priority request waits
         without a place, or while the batch is above its high-priority cap."""
         while self._active:
-            victim = min(self._active, key=lambda m: (m.priority, -m.arrival))
+            victim = min(self._active, key=lambda m: (m.priority, -cast(int, m.arrival)))  # queued once: has one
             head = self._queue.peek()
             over_cap = len(self._active) > self._capacity() and victim.priority < HIGH_PRIORITY
             blocked = head is not None and head.priority > victim.priority and not self._fits(head)
@@ -414,7 +419,7 @@ class ContinuousSampler:
         self._tables.write(m.slot, m.row)
         return True
 
-    def _on_device(self, tensors: Mapping[str, torch.Tensor] | None) -> dict:
+    def _on_device(self, tensors: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         return {k: to_device(v, self.device).to(self.dtype if v.is_floating_point() else v.dtype)
                 for k, v in (tensors or {}).items()}
 
@@ -436,14 +441,15 @@ class ContinuousSampler:
         self._finisher.submit(self._resolve, m, latents, done)
 
     @torch.no_grad()
-    def _resolve(self, m: _Running, latents: torch.Tensor, done) -> None:
+    def _resolve(self, m: _Running, latents: torch.Tensor, done: torch.cuda.Event | None) -> None:
         try:
             if done is not None:
                 done.synchronize()
             finished = time.monotonic()
             output = m.request.callback(latents) if m.request.callback is not None else None
-            m.future.set_result(SampleResult(latents, output, queued_s=m.started - m.submitted,
-                                             sampling_s=finished - m.started, iterations=m.row.num_steps))
+            started = cast(float, m.started)  # set when it joined
+            m.future.set_result(SampleResult(latents, output, queued_s=started - m.submitted,
+                                             sampling_s=finished - started, iterations=m.row.num_steps))
         except BaseException as error:  # noqa: BLE001 (the callback's failure is this request's)
             m.future.set_exception(error)
 
@@ -499,7 +505,7 @@ class ContinuousSampler:
         element = torch.empty((), dtype=self.dtype).element_size()
         return int(numel * (element * buffers + self.model_bytes_per_element * guided))
 
-    def _step_noise(self, members) -> torch.Tensor | None:
+    def _step_noise(self, members: Sequence[_Running]) -> torch.Tensor | None:
         """DDIM's step noise where a sample has eta > 0 (drawn from its generator, as
         diffusers draws it); None where none has."""
         if not any(m.generator is not None and not m.failed for m in members):
@@ -511,17 +517,17 @@ class ContinuousSampler:
                 noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=self.dtype).reshape(-1)
         return to_device(noise, self.device)
 
-    def _begin_timing(self, samples: int) -> dict | None:
+    def _begin_timing(self, samples: int) -> dict[str, Any] | None:
         if not self._record:
             return None
-        timing = dict(samples=samples, groups=len(self._arena.groups), host_start=time.perf_counter())
+        timing: dict[str, Any] = dict(samples=samples, groups=len(self._arena.groups), host_start=time.perf_counter())
         if self._stream is not None:
             start = torch.cuda.Event(enable_timing=True)
             start.record(self._stream)
             timing["events"] = [start]
         return timing
 
-    def _mark(self, timing: dict | None) -> None:
+    def _mark(self, timing: dict[str, Any] | None) -> None:
         if timing is not None and "events" in timing:
             event = torch.cuda.Event(enable_timing=True)
             event.record(self._stream)
@@ -529,7 +535,7 @@ class ContinuousSampler:
         elif timing is not None:
             timing["host_before_step"] = time.perf_counter()
 
-    def _end_timing(self, timing: dict | None, step_host: float) -> None:
+    def _end_timing(self, timing: dict[str, Any] | None, step_host: float) -> None:
         if timing is None:
             return
         now = time.perf_counter()

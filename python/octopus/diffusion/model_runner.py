@@ -16,14 +16,19 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 
+from ..scheduler import Lease, ReleaseEvent, StreamScheduler
 from .arena import Group, LatentArena
 from .rows import to_device
 
 LEASE_KIND = "octopus.diffusion.model"
+# A captured call: (graph, static input, static timesteps, static keyword tensors, static output).
+_Captured = Tuple["torch.cuda.CUDAGraph", torch.Tensor, torch.Tensor, Dict[str, torch.Tensor], torch.Tensor]
+# A sample whose model call failed, and the exception.
+_Failure = Tuple[Any, BaseException]
 
 
 @dataclasses.dataclass(eq=False)
@@ -32,8 +37,8 @@ class GroupCall:
 
     group: Group
     priority: int
-    cond: dict            # keyword -> [n, ...] every member's conditioning
-    neg: dict             # keyword -> [c, ...] the guided members' unconditional conditioning
+    cond: dict[str, torch.Tensor]  # keyword -> [n, ...] every member's conditioning
+    neg: dict[str, torch.Tensor]   # keyword -> [c, ...] the guided members' unconditional conditioning
     guided: torch.Tensor | None   # local indices of the guided members (None: none is)
     all_guided: bool
     scales: torch.Tensor | None   # [c, 1, ...] their guidance scales (latent dtype)
@@ -57,11 +62,11 @@ class CapturedCalls:
     (its warm-up), its second is captured, later ones replay. At most ``max_graphs`` are
     kept (the least recently used is dropped); a key whose capture fails runs eagerly."""
 
-    def __init__(self, model: Callable, max_graphs: int):
+    def __init__(self, model: Callable[..., Any], max_graphs: int):
         self.model, self.max_graphs = model, max_graphs
-        self._graphs: collections.OrderedDict = collections.OrderedDict()
-        self._seen: set = set()
-        self._eager_only: set = set()
+        self._graphs: collections.OrderedDict[Tuple[Any, ...], _Captured] = collections.OrderedDict()
+        self._seen: set[Tuple[Any, ...]] = set()
+        self._eager_only: set[Tuple[Any, ...]] = set()
         self.captures = 0
 
     def __call__(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -84,7 +89,8 @@ class CapturedCalls:
         graph.replay()
         return static_out
 
-    def _capture(self, key, x, t, kwargs):
+    def _capture(self, key: Tuple[Any, ...], x: torch.Tensor, t: torch.Tensor,
+                 kwargs: Mapping[str, torch.Tensor]) -> Optional[_Captured]:
         static_x, static_t = x.clone(), t.clone()
         static_kwargs = {k: v.clone() for k, v in kwargs.items()}
         graph = torch.cuda.CUDAGraph()
@@ -105,8 +111,8 @@ class CapturedCalls:
 class ModelRunner:
     """Runs the model for every group of an arena and fills its model-output buffer."""
 
-    def __init__(self, model: Callable, device: torch.device, stream_scheduler=None, cuda_graphs: bool = False,
-                 max_graphs: int = 64):
+    def __init__(self, model: Callable[..., Any], device: torch.device,
+                 stream_scheduler: Optional[StreamScheduler] = None, cuda_graphs: bool = False, max_graphs: int = 64):
         if cuda_graphs and device.type != "cuda":
             raise ValueError("cuda_graphs needs a CUDA device")
         self.device = device
@@ -114,15 +120,16 @@ class ModelRunner:
         self.streams = stream_scheduler if device.type == "cuda" else None
         self.graphs = CapturedCalls(model, max_graphs) if cuda_graphs else None
 
-    def plans(self, arena: LatentArena, conditioning: Callable[[Any], tuple]) -> list[GroupCall]:
+    def plans(self, arena: LatentArena, conditioning: Callable[[Any], Tuple[Any, ...]]) -> list[GroupCall]:
         """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale)."""
-        plans = []
+        plans: list[GroupCall] = []
         for group in arena.groups:
             infos = [conditioning(m) for m in group.members]
             guided = [j for j, info in enumerate(infos) if info[3] is not None]
             cond = {k: torch.stack([info[1][k] for info in infos]) for k in infos[0][1]}
             neg = {k: torch.stack([infos[j][2][k] for j in guided]) for k in infos[0][1]} if guided else {}
-            scales = guided_rows = None
+            scales: torch.Tensor | None = None
+            guided_rows: torch.Tensor | None = None
             if guided:
                 scales = to_device(torch.tensor([float(infos[j][3]) for j in guided], dtype=arena.dtype), self.device)
                 scales = scales.view(-1, *(1,) * len(group.shape))
@@ -132,42 +139,46 @@ class ModelRunner:
         return plans
 
     def run(self, arena: LatentArena, plans: Sequence[GroupCall], timesteps: torch.Tensor,
-            divisors: torch.Tensor | None) -> list[tuple[Any, BaseException]]:
+            divisors: torch.Tensor | None) -> list[_Failure]:
         """Fills ``arena.model_output``; returns (member, exception) for the samples whose call
         failed (their output region is left as it was)."""
         ordered = sorted(plans, key=lambda p: -p.priority)
-        if self.streams is None:
+        streams = self.streams
+        if streams is None:
             return [f for p in ordered for f in self._run_group(arena, p, timesteps, divisors)]
         engine = torch.cuda.current_stream(self.device)
         ready = torch.cuda.Event()
         ready.record(engine)
-        leases, failures = [], []
+        leases: list[Lease] = []
+        failures: list[_Failure] = []
         try:
             for p in ordered:
-                stream = self._leased_stream(p, leases)
+                stream = self._leased_stream(streams, p, leases)
                 stream.wait_event(ready)
                 with torch.cuda.stream(stream):
                     failures += self._run_group(arena, p, timesteps, divisors)
         finally:
             for lease in leases:
-                lease.release().wait(engine)
+                cast(ReleaseEvent, lease.release()).wait(engine)  # a CUDA lease's release gives its event
         return failures
 
-    def _leased_stream(self, plan: GroupCall, leases: list) -> torch.cuda.Stream:
+    def _leased_stream(self, streams: StreamScheduler, plan: GroupCall, leases: list[Lease]) -> torch.cuda.Stream:
         """A stream of its own for the group where the scheduler has one; else the first
-        group's (holding every lease until all groups are issued keeps their streams apart)."""
+        group's (holding every lease until all groups are issued keeps their streams apart).
+        (The leases are CUDA leases: their streams are never None.)"""
         shape = (plan.group.size, *plan.group.shape)
         if not leases:
-            leases.append(self.streams.acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device,
-                                               timeout=None))
-            return leases[0].stream
-        lease = self.streams.try_acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device)
+            leases.append(streams.acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device,
+                                          timeout=None))
+            return cast(torch.cuda.Stream, leases[0].stream)
+        lease = streams.try_acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device)
         if lease is None:
-            return leases[0].stream
+            return cast(torch.cuda.Stream, leases[0].stream)
         leases.append(lease)
-        return lease.stream
+        return cast(torch.cuda.Stream, lease.stream)
 
-    def _run_group(self, arena: LatentArena, plan: GroupCall, timesteps, divisors) -> list:
+    def _run_group(self, arena: LatentArena, plan: GroupCall, timesteps: torch.Tensor,
+                   divisors: torch.Tensor | None) -> list[_Failure]:
         group = plan.group
         rows = slice(group.start, group.start + group.size)
         x = arena.group_latents(group)
@@ -181,20 +192,23 @@ class ModelRunner:
         except Exception as error:  # noqa: BLE001 (isolated below)
             if group.size == 1:
                 return [(group.members[0], error)]
-        failures = []
+        failures: list[_Failure] = []
         guided = plan.guided.tolist() if plan.guided is not None else []
         for j, member in enumerate(group.members):
             one = slice(j, j + 1)
             g = guided.index(j) if j in guided else None
+            scales = plan.scales[g:g + 1] if g is not None and plan.scales is not None else None
             try:
                 self._guided_call(x[one], timesteps[rows][one], {k: v[one] for k, v in plan.cond.items()},
                                   {k: v[g:g + 1] for k, v in plan.neg.items()} if g is not None else {},
-                                  None, g is not None, plan.scales[g:g + 1] if g is not None else None, out[one])
+                                  None, g is not None, scales, out[one])
             except Exception as error:  # noqa: BLE001 (this sample's own failure)
                 failures.append((member, error))
         return failures
 
-    def _guided_call(self, x, t, cond, neg, guided, all_guided, scales, out) -> None:
+    def _guided_call(self, x: torch.Tensor, t: torch.Tensor, cond: Mapping[str, torch.Tensor],
+                     neg: Mapping[str, torch.Tensor], guided: torch.Tensor | None, all_guided: bool,
+                     scales: torch.Tensor | None, out: torch.Tensor) -> None:
         n = x.shape[0]
         if scales is None:
             out.copy_(self._call(x, t, cond))
@@ -205,11 +219,12 @@ class ModelRunner:
             text, uncond = both[:n], both[n:]
             torch.add(uncond, scales * (text - uncond), out=out)  # diffusers' formula, per sample
             return
-        x_g, t_g = x.index_select(0, guided), t.index_select(0, guided)
+        rows = cast(torch.Tensor, guided)  # some members, not all, are guided: these
+        x_g, t_g = x.index_select(0, rows), t.index_select(0, rows)
         both = self._call(torch.cat([x, x_g]), torch.cat([t, t_g]), kwargs)
         out.copy_(both[:n])
-        text, uncond = both[:n].index_select(0, guided), both[n:]
-        out.index_copy_(0, guided, uncond + scales * (text - uncond))
+        text, uncond = both[:n].index_select(0, rows), both[n:]
+        out.index_copy_(0, rows, uncond + scales * (text - uncond))
 
     def _call(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         result = self.graphs(x, t, kwargs) if self.graphs is not None else model_output_of(self.model(x, t, **kwargs))

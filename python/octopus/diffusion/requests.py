@@ -14,13 +14,15 @@ import itertools
 import math
 import operator
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import torch
 
 from ..scheduler import _priority
 from . import schedulers
 from .rows import SamplerRow
+
+_Entry = TypeVar("_Entry")
 
 _SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, schedulers.EulerDiscreteScheduler,
                                             schedulers.FlowMatchEulerDiscreteScheduler,
@@ -89,7 +91,8 @@ class SampleResult:
     iterations: int = 0       # sampler iterations the request took part in (its steps)
 
 
-def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None, cache: dict) -> Any:
+def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None,
+                      cache: dict[tuple[type, str], schedulers._BatchedScheduler]) -> schedulers._BatchedScheduler:
     """The ``octopus.diffusion`` scheduler a request names (built once per class and config)."""
     if isinstance(spec, schedulers._BatchedScheduler):
         if config:
@@ -118,12 +121,12 @@ def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None, cache: dict) 
     return cache[key]
 
 
-def sampler_row(scheduler: Any, request: SamplingRequest) -> SamplerRow:
+def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingRequest) -> SamplerRow:
     """The request's sampler as one row of the fused step's tables."""
     steps = request.num_inference_steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"num_inference_steps must be a positive int, got {steps!r}")
-    options: dict = {}
+    options: dict[str, float] = {}
     if request.eta:
         if not isinstance(scheduler, schedulers.DDIMScheduler):
             raise ValueError(f"eta is a DDIM option; {type(scheduler).__name__} has none")
@@ -183,35 +186,35 @@ def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float
     return shape, priority, deadline
 
 
-class AdmissionQueue:
+class AdmissionQueue(Generic[_Entry]):
     """Waiting requests, served by priority, then earliest deadline, then arrival."""
 
-    def __init__(self):
-        self._heap: list = []
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, float, int, _Entry]] = []
         self._arrivals = itertools.count()
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, entry: Any, priority: int, deadline: float | None, arrival: int | None = None) -> int:
+    def push(self, entry: _Entry, priority: int, deadline: float | None, arrival: int | None = None) -> int:
         """Queues ``entry``; returns its arrival number (pass it back to keep its place)."""
         arrival = next(self._arrivals) if arrival is None else arrival
         heapq.heappush(self._heap, (-priority, math.inf if deadline is None else deadline, arrival, entry))
         return arrival
 
-    def peek(self) -> Any | None:
+    def peek(self) -> _Entry | None:
         return self._heap[0][3] if self._heap else None
 
-    def pop(self) -> Any:
+    def pop(self) -> _Entry:
         return heapq.heappop(self._heap)[3]
 
-    def drain(self) -> list:
+    def drain(self) -> list[_Entry]:
         """Every entry, emptying the queue."""
         entries = [item[3] for item in self._heap]
         self._heap.clear()
         return entries
 
-    def expire(self, now: float, can_expire: Callable[[Any], bool] = lambda entry: True) -> list:
+    def expire(self, now: float, can_expire: Callable[[_Entry], bool] = lambda entry: True) -> list[_Entry]:
         """Removes and returns the entries whose deadline has passed (of those ``can_expire``
         accepts)."""
         late = [item for item in self._heap if item[1] < now and can_expire(item[3])]

@@ -11,7 +11,7 @@ prediction types and column names come from the C++ library, their one definitio
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ class SamplerRow:
     clip_range: float = 0.0
     clipped_model_output: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in _KIND_CODE:
             raise ValueError(f"kind must be one of {SAMPLER_KINDS}, got {self.kind!r}")
         if self.prediction not in _PREDICTION_CODE:
@@ -173,7 +173,7 @@ def _row_scalars(row: SamplerRow) -> np.ndarray:
     return _columns(values, _SCALAR_COLUMN, np.float64)
 
 
-def _columns(values: dict, columns: dict, dtype) -> np.ndarray:
+def _columns(values: dict[str, Any], columns: dict[str, int], dtype: Any) -> np.ndarray:
     if set(values) != set(columns):  # the C++ layout changed: say how, rather than fill wrong columns
         raise RuntimeError(f"sampler_step's row columns are {sorted(columns)}, octopus.diffusion fills "
                            f"{sorted(values)}")
@@ -204,6 +204,7 @@ def fused_step(model_output: torch.Tensor, sample: torch.Tensor, offsets: torch.
                metadata: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.ops.octopus.sampler_step`` with the tables of ``rows``: (prev, x0) over the
     packed latents ``sample`` (1-D, items at ``offsets``)."""
-    return torch.ops.octopus.sampler_step(model_output, sample, offsets, timesteps, rows.schedules, rows.tables,
-                                          rows.row_info, rows.row_scalars, sample_rows, noise, state, return_x0,
-                                          strategy, metadata)
+    prev, x0 = torch.ops.octopus.sampler_step(model_output, sample, offsets, timesteps, rows.schedules, rows.tables,
+                                              rows.row_info, rows.row_scalars, sample_rows, noise, state, return_x0,
+                                              strategy, metadata)
+    return prev, x0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, Tuple, TypeVar, Union, cast
 
 import numpy as np
 import torch
@@ -29,6 +29,13 @@ from .rows import RowTables, SamplerRow, fused_step, state_tensor
 # What a model trained for diffusion predicts (flow_euler's "flow" is its own).
 _PREDICTIONS = ("epsilon", "v_prediction", "sample")
 
+Latents = Union[torch.Tensor, RaggedBatch]
+"""Latents as the schedulers take them, a dense ``[N, ...]`` tensor or a :class:`~octopus.RaggedBatch`."""
+TimestepsLike = Union[torch.Tensor, Sequence[float], float]
+"""One timestep per sample (a 1-D tensor or a sequence), or one for all (a negative one leaves its
+sample as it is)."""
+_Scheduler = TypeVar("_Scheduler", bound="_BatchedScheduler")
+
 
 def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float) -> torch.Tensor:
     """diffusers' training schedule (computed in float32 as diffusers does), as float64."""
@@ -37,7 +44,7 @@ def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: fl
     elif beta_schedule == "scaled_linear":
         betas = torch.linspace(beta_start ** 0.5, beta_end ** 0.5, num_train_timesteps, dtype=torch.float32) ** 2
     elif beta_schedule == "squaredcos_cap_v2":
-        def alpha_bar(t):
+        def alpha_bar(t: float) -> float:
             return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
         betas = torch.tensor([min(1 - alpha_bar((i + 1) / num_train_timesteps) / alpha_bar(i / num_train_timesteps), 0.999)
                               for i in range(num_train_timesteps)], dtype=torch.float32)
@@ -50,11 +57,12 @@ def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: fl
 def _spaced(num_train_timesteps: int, steps: int, spacing: str, steps_offset: int, integer: bool) -> np.ndarray:
     """Timesteps for `steps` inference steps, descending, as diffusers spaces them."""
     if spacing == "linspace":
-        t = np.linspace(0, num_train_timesteps - 1, steps)[::-1]
-        return t.round() if integer else t.copy()
+        t: np.ndarray = np.linspace(0, num_train_timesteps - 1, steps)[::-1]
+        return np.round(t) if integer else t.copy()
     if spacing == "leading":
         ratio = num_train_timesteps // steps
-        return (np.arange(0, steps) * ratio).round()[::-1] + steps_offset
+        leading: np.ndarray = (np.arange(0, steps) * ratio).round()[::-1] + steps_offset
+        return leading
     if spacing == "trailing":
         return np.round(np.arange(num_train_timesteps, 0, -num_train_timesteps / steps)) - 1
     raise NotImplementedError(f"timestep_spacing {spacing!r} is not supported (use 'linspace', 'leading' or 'trailing')")
@@ -76,11 +84,11 @@ def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
 class _BatchedScheduler:
     """The shared part: per-row tables on the device, argument checks, and the step call."""
 
-    _config_keys: tuple = ()
-    _unsupported: dict = {}
+    _config_keys: Tuple[str, ...] = ()
+    _unsupported: dict[str, Any] = {}  # config key -> the values octopus supports
 
     @classmethod
-    def from_config(cls, config: Any, **overrides):
+    def from_config(cls: type[_Scheduler], config: Any, **overrides: Any) -> _Scheduler:
         """Builds the scheduler from a diffusers scheduler config (a dict, a FrozenDict, or an
         object with ``.config``); diffusers itself is not needed. Options octopus does not
         fuse raise NotImplementedError."""
@@ -98,7 +106,7 @@ class _BatchedScheduler:
         self._rows: list[SamplerRow] = []
         self._tables: RowTables | None = None
         self._device = torch.device("cpu")
-        self._dense_offsets: dict = {}
+        self._dense_offsets: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -114,7 +122,7 @@ class _BatchedScheduler:
         # torch.empty(0, device=...).device names the index ("cuda" -> "cuda:0"), as tensors do.
         self._device = torch.empty(0, device=device).device if device is not None else torch.device("cpu")
         per_sample = not isinstance(num_inference_steps, int)
-        counts = list(num_inference_steps) if per_sample else [num_inference_steps]
+        counts = [num_inference_steps] if isinstance(num_inference_steps, int) else list(num_inference_steps)
         if not counts or any(int(s) < 1 for s in counts):
             raise ValueError(f"num_inference_steps must be positive, got {num_inference_steps}")
         self._rows = [self.sampler_row(int(s)) for s in counts]
@@ -128,7 +136,8 @@ class _BatchedScheduler:
 
     # -- the step -----------------------------------------------------------------------
 
-    def _latents(self, name: str, x, like=None):
+    def _latents(self, name: str, x: object, like: Latents | None = None) -> tuple[
+            torch.Tensor, torch.Tensor, str, torch.Tensor | None, Callable[[torch.Tensor], Latents]]:
         """(values, offsets, strategy, metadata, rebuild) for dense [N, ...] or RaggedBatch latents."""
         if isinstance(x, RaggedBatch):
             if like is not None and not isinstance(like, RaggedBatch):
@@ -150,7 +159,8 @@ class _BatchedScheduler:
             offsets = self._dense_offsets[key] = torch.arange(n + 1, dtype=torch.int64, device=x.device) * per
         return x.reshape(-1), offsets, "block_search", None, lambda v: v.view(x.shape)
 
-    def _timesteps(self, timesteps, num_samples: int, device: torch.device, validate: bool) -> torch.Tensor:
+    def _timesteps(self, timesteps: TimestepsLike, num_samples: int, device: torch.device,
+                   validate: bool) -> torch.Tensor:
         t = torch.as_tensor(timesteps)
         if t.dim() == 0:
             t = t.expand(num_samples)
@@ -163,7 +173,7 @@ class _BatchedScheduler:
             self._check_timesteps(t.detach().cpu().double().numpy())
         return t.to(device=device, dtype=torch.float64)
 
-    def _check_timesteps(self, t: np.ndarray):
+    def _check_timesteps(self, t: np.ndarray) -> np.ndarray:
         """Each timestep must be in its sample's schedule (or negative: skip). Returns the steps."""
         if self.timesteps is None:
             raise RuntimeError("call set_timesteps before step")
@@ -179,8 +189,9 @@ class _BatchedScheduler:
                 raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule: {error}") from None
         return steps
 
-    def _step(self, model_output, sample, timesteps, *, noise=None, state=None, return_x0=False, validate=True,
-              tables: RowTables | None = None):
+    def _step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, noise: Latents | None = None,
+              state: torch.Tensor | None = None, return_x0: bool = False, validate: bool = True,
+              tables: RowTables | None = None) -> Any:
         values, offsets, strategy, meta, rebuild = self._latents("sample", sample)
         m_values = self._latents("model_output", model_output, like=sample)[0]
         n = offsets.numel() - 1
@@ -193,8 +204,8 @@ class _BatchedScheduler:
         noise_values = None if noise is None else self._latents("noise", noise, like=sample)[0]
         prev, x0 = fused_step(m_values, values, offsets, t, tables or self._tables, noise=noise_values, state=state,
                               return_x0=return_x0, strategy=strategy, metadata=meta)
-        prev = rebuild(prev)
-        return (prev, rebuild(x0)) if return_x0 else prev
+        out = rebuild(prev)
+        return (out, rebuild(x0)) if return_x0 else out
 
 
 class DDIMScheduler(_BatchedScheduler):
@@ -220,7 +231,7 @@ class DDIMScheduler(_BatchedScheduler):
         self.final_alpha_cumprod = 1.0 if set_alpha_to_one else float(self.alphas_cumprod[0])
         self.clip_sample, self.clip_sample_range = bool(clip_sample), float(clip_sample_range)
         self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
-        self._option_tables: dict = {}  # (eta, use_clipped_model_output) -> the tables with them
+        self._option_tables: dict[tuple[float, bool], RowTables] = {}  # (eta, use_clipped_model_output) -> tables
 
     def sampler_row(self, num_inference_steps: int, *, eta: float = 0.0,
                     use_clipped_model_output: bool = False) -> SamplerRow:
@@ -237,29 +248,29 @@ class DDIMScheduler(_BatchedScheduler):
                           clip_range=self.clip_sample_range if self.clip_sample else 0.0,
                           clipped_model_output=bool(use_clipped_model_output))
 
-    def _reset_state(self):
+    def _reset_state(self) -> None:
         self._option_tables = {}
 
     def _tables_with(self, eta: float, use_clipped_model_output: bool) -> RowTables:
         """The tables with the step's options in every row (built once per distinct options)."""
         key = (eta, use_clipped_model_output)
         if key == (0.0, False):
-            return self._tables
+            return cast(RowTables, self._tables)  # (step calls this once set_timesteps built them)
         if key not in self._option_tables:
             rows = [dataclasses.replace(r, eta=eta, clipped_model_output=use_clipped_model_output) for r in self._rows]
             self._option_tables[key] = RowTables.build(rows, self._device)
         return self._option_tables[key]
 
-    def step(self, model_output, sample, timesteps, *, eta: float = 0.0, use_clipped_model_output: bool = False,
-             generator: torch.Generator | None = None, variance_noise=None, return_x0: bool = False,
-             validate: bool = True):
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, eta: float = 0.0,
+             use_clipped_model_output: bool = False, generator: torch.Generator | None = None,
+             variance_noise: Latents | None = None, return_x0: bool = False, validate: bool = True) -> Any:
         """One DDIM step for every sample at its own timestep; returns prev_sample (and the
         predicted x0 with ``return_x0``), dense or ragged like ``sample``."""
         if eta < 0:
             raise ValueError(f"eta must be non-negative, got {eta}")
         if variance_noise is not None and generator is not None:
             raise ValueError("pass either generator or variance_noise, not both")
-        noise = None
+        noise: Latents | None = None
         if eta > 0:
             noise = variance_noise
             if noise is None:
@@ -273,12 +284,13 @@ class DDIMScheduler(_BatchedScheduler):
 
 
 class _SigmaScheduler(_BatchedScheduler):
-    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, return_x0: bool = False,
+             validate: bool = True) -> Any:
         """One step for every sample at its own timestep; returns prev_sample (and the
         predicted x0 with ``return_x0``), dense or ragged like ``sample``."""
         return self._step(model_output, sample, timesteps, return_x0=return_x0, validate=validate)
 
-    def sigma_for(self, timesteps) -> torch.Tensor:
+    def sigma_for(self, timesteps: TimestepsLike) -> torch.Tensor:
         """Each sample's current sigma (float64, on the schedule's device)."""
         t = np.asarray(torch.as_tensor(timesteps).double().cpu())
         steps = self._check_timesteps(t)
@@ -321,11 +333,11 @@ class EulerDiscreteScheduler(_SigmaScheduler):
         init = float(top if self.timestep_spacing in ("linspace", "trailing") else (top ** 2 + 1) ** 0.5)
         return SamplerRow("euler", self.prediction_type, t.astype(np.float64), sigmas, init_noise_sigma=init)
 
-    def set_timesteps(self, num_inference_steps, device=None):
+    def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None) -> None:
         super().set_timesteps(num_inference_steps, device)
         self.init_noise_sigma = max(r.init_noise_sigma for r in self._rows)
 
-    def scale_model_input(self, sample, timesteps):
+    def scale_model_input(self, sample: Latents, timesteps: TimestepsLike) -> Latents:
         """``sample / sqrt(sigma^2 + 1)`` with each sample's own sigma (as diffusers does before
         the model call)."""
         sigma = self.sigma_for(timesteps)
@@ -359,9 +371,10 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
         if not use_dynamic_shifting:
             sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
         self._sigma_min, self._sigma_max = sigmas[-1].item(), sigmas[0].item()
-        self._mu = None
+        self._mu: float | None = None
 
-    def set_timesteps(self, num_inference_steps, device=None, mu: float | None = None):
+    def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None,
+                      mu: float | None = None) -> None:
         if self.use_dynamic_shifting and mu is None:
             raise ValueError("use_dynamic_shifting needs mu")
         self._mu = mu
@@ -377,13 +390,13 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
         t = np.linspace(self._sigma_max * self.num_train_timesteps, self._sigma_min * self.num_train_timesteps,
                         int(num_inference_steps))
         sigmas = t / self.num_train_timesteps
-        if self.use_dynamic_shifting:
+        if self.use_dynamic_shifting and mu is not None:  # (mu is set there: checked above)
             sigmas = math.exp(mu) / (math.exp(mu) + (1 / sigmas - 1) ** 1.0)
         else:
             sigmas = self.shift * sigmas / (1 + (self.shift - 1) * sigmas)
-        sigmas = torch.from_numpy(sigmas).to(torch.float32)
-        timesteps = (sigmas * self.num_train_timesteps).double().numpy()
-        full = torch.cat([sigmas, torch.zeros(1)]).double().numpy()
+        sigmas32 = torch.from_numpy(sigmas).to(torch.float32)
+        timesteps = (sigmas32 * self.num_train_timesteps).double().numpy()
+        full = torch.cat([sigmas32, torch.zeros(1)]).double().numpy()
         return SamplerRow("flow_euler", "flow", timesteps, full)
 
 
@@ -401,8 +414,9 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     """
 
     _state_rows = 1  # the last x0
-    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
-                    "timestep_spacing", "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type")
+    _config_keys: Tuple[str, ...] = (
+        "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
+        "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type")
     _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
                     "thresholding": {False}, "use_karras_sigmas": {False, None}, "use_lu_lambdas": {False, None},
                     "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
@@ -445,11 +459,11 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     def _final_first_order(self, steps: int) -> bool:
         return self.euler_at_final or (self.lower_order_final and steps < 15) or self.final_sigmas_type == "zero"
 
-    def _reset_state(self):
+    def _reset_state(self) -> None:
         self._state = None
         self._last_step = None
 
-    def _check_timesteps(self, t):
+    def _check_timesteps(self, t: np.ndarray) -> np.ndarray:
         steps = super()._check_timesteps(t)
         if self._last_step is None or len(self._last_step) != len(t):
             self._last_step = np.full(len(t), -1)
@@ -460,7 +474,8 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         self._last_step = np.where(steps >= 0, steps, self._last_step)
         return steps
 
-    def step(self, model_output, sample, timesteps, *, return_x0: bool = False, validate: bool = True):
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, return_x0: bool = False,
+             validate: bool = True) -> Any:
         values = sample.values if isinstance(sample, RaggedBatch) else sample
         if self._state is None or self._state.shape[1] != values.numel() or self._state.dtype != values.dtype \
                 or self._state.device != values.device:
@@ -492,7 +507,7 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
                     "rescale_betas_zero_snr": {False}, "use_dynamic_shifting": {False}}
 
     @classmethod
-    def from_config(cls, config, **overrides):
+    def from_config(cls: type[_Scheduler], config: Any, **overrides: Any) -> _Scheduler:
         config = dict(getattr(config, "config", config))
         config["disable_corrector"] = tuple(config.get("disable_corrector", ()))  # a list is not hashable
         return super().from_config(config, **overrides)

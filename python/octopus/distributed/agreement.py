@@ -12,7 +12,7 @@ leave the other ranks waiting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
 import torch.distributed as dist
@@ -119,7 +119,7 @@ class RankGroup:
         width = len(HEADER_FIELDS)
         return [row[width] for row in rows], [row[width + 1] for row in rows]
 
-    def _check(self, headers: List[dict], mine: Contribution) -> None:
+    def _check(self, headers: List[Dict[str, int]], mine: Contribution) -> None:
         where = f"(raised on every rank of the group; this is rank {self.rank})"
         operations = [OPERATIONS[h["operation"]] for h in headers]
         if len(set(operations)) > 1:
@@ -132,19 +132,20 @@ class RankGroup:
             error = TypeError if bad[0][1][0] == "TypeError" else ValueError
             raise error(f"{self.name}: bad input " + "; ".join(f"on rank {rank}: {msg}" for rank, (_, msg) in bad)
                         + f" {where}")
-        checks = [("item_dim", ValueError, "the items' numbers of dimensions", lambda v: f"{v}-D"),
-                  ("dtype", TypeError, "the batches' dtypes", lambda v: _name(DTYPES, v)),
-                  ("device_type", ValueError, "the batches' device types", lambda v: _name(DEVICE_TYPES, v)),
-                  ("needs_grad", ValueError, "whether the batches' values require gradients (the backward pass "
-                   "is a collective too: every rank runs it or none)", lambda v: "yes" if v else "no"),
-                  ("root", ValueError, "the destination rank (dst)", str)]
-        for field, error, what, show in checks:
+        checks: List[Tuple[str, Type[Exception], str, Callable[[int], str]]] = [
+            ("item_dim", ValueError, "the items' numbers of dimensions", lambda v: f"{v}-D"),
+            ("dtype", TypeError, "the batches' dtypes", lambda v: _name(DTYPES, v)),
+            ("device_type", ValueError, "the batches' device types", lambda v: _name(DEVICE_TYPES, v)),
+            ("needs_grad", ValueError, "whether the batches' values require gradients (the backward pass "
+             "is a collective too: every rank runs it or none)", lambda v: "yes" if v else "no"),
+            ("root", ValueError, "the destination rank (dst)", str)]
+        for field, error_type, what, show in checks:
             values = [show(h[field]) for h in headers]
             if len(set(values)) > 1:
-                raise error(f"{self.name}: the ranks differ in {what}: {_by_value(values)} {where}")
+                raise error_type(f"{self.name}: the ranks differ in {what}: {_by_value(values)} {where}")
 
 
-def _name(names: tuple, code: int) -> str:
+def _name(names: Sequence[object], code: int) -> str:
     return str(names[code]) if 0 <= code < len(names) else "unknown"
 
 

@@ -9,7 +9,7 @@ source rank, in their order on that rank.
 from __future__ import annotations
 
 import operator
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -40,18 +40,20 @@ def all_to_all(batch: RaggedBatch, dest: DestLike, group: Optional[dist.ProcessG
     """
     group_ = RankGroup(group, "all_to_all")
     mine = _contribution(group_, batch)
-    layout = None
+    layout: Optional[SendLayout] = None
+    dest_tensor: Optional[torch.Tensor] = None
     if mine.problem is None:
-        dest, mine.problem = _read_dest(dest, batch)
-    if mine.problem is None:
-        layout, out_of_range = SendLayout.by_destination(batch.offsets, dest, group_.size)
+        dest_tensor, mine.problem = _read_dest(dest, batch)
+    if dest_tensor is not None:  # (None exactly where there is a problem)
+        layout, out_of_range = SendLayout.by_destination(batch.offsets, dest_tensor, group_.size)
         if out_of_range:
             mine.problem = ("ValueError", out_of_range)
     zeros = [0] * group_.size
     items_from, elements_from = group_.agree(mine, layout.items_per_rank if layout else zeros,
                                              layout.elements_per_rank if layout else zeros)
-    values, sizes = layout.pack(batch)
-    return _exchange(group_, values, sizes, layout.items_per_rank, layout.elements_per_rank, items_from,
+    sent = cast(SendLayout, layout)  # agree() raised on every rank where any rank had a problem
+    values, sizes = sent.pack(batch)
+    return _exchange(group_, values, sizes, sent.items_per_rank, sent.elements_per_rank, items_from,
                      elements_from)
 
 
@@ -95,13 +97,13 @@ def gather(batch: RaggedBatch, dst: int = 0, group: Optional[dist.ProcessGroup] 
     else:
         mine.root = root
     items_to, elements_to = [0] * group_.size, [0] * group_.size
-    if mine.problem is None:
+    if mine.problem is None and root is not None:  # (root is None only where there is a problem)
         items_to[root], elements_to[root] = len(batch), batch.numel()
     items_from, elements_from = group_.agree(mine, items_to, elements_to)
     return _exchange(group_, batch.values, batch.sizes, items_to, elements_to, items_from, elements_from)
 
 
-def _contribution(group: RankGroup, batch) -> Contribution:
+def _contribution(group: RankGroup, batch: object) -> Contribution:
     if not isinstance(batch, RaggedBatch):
         return Contribution(problem=("TypeError", f"batch must be an octopus.RaggedBatch, got {type(batch).__name__}"))
     problem = device_problem(group.backends, batch.device)
@@ -110,7 +112,7 @@ def _contribution(group: RankGroup, batch) -> Contribution:
                         needs_grad=torch.is_grad_enabled() and batch.values.requires_grad)
 
 
-def _read_rank(value) -> Optional[int]:
+def _read_rank(value: Any) -> Optional[int]:
     """An int (a Python, NumPy or 0-d tensor integer), or None."""
     if isinstance(value, bool):
         return None
@@ -120,7 +122,7 @@ def _read_rank(value) -> Optional[int]:
         return None
 
 
-def _read_dest(dest, batch: RaggedBatch) -> Tuple[Optional[torch.Tensor], Optional[Tuple[str, str]]]:
+def _read_dest(dest: DestLike, batch: RaggedBatch) -> Tuple[Optional[torch.Tensor], Optional[Tuple[str, str]]]:
     """``dest`` as an int64 tensor on the batch's device, or the problem with it (its ranks
     are checked with the layout, on the device)."""
     if not isinstance(dest, torch.Tensor):
@@ -146,7 +148,7 @@ def _exchange(group: RankGroup, values: torch.Tensor, sizes: torch.Tensor, items
     shapes_done = dist.all_to_all_single(received_sizes, sizes.contiguous(), items_from, items_to,
                                          group=group.group, async_op=True)
     received_values = _AllToAllSingle.apply(values, elements_to, elements_from, group.group)
-    shapes_done.wait()
+    cast(dist.Work, shapes_done).wait()  # async_op=True: a Work
     return unpack(received_values, received_sizes)
 
 
@@ -154,17 +156,19 @@ class _AllToAllSingle(torch.autograd.Function):
     """``all_to_all_single`` of a 1-D tensor; its backward pass is the reverse exchange."""
 
     @staticmethod
-    def forward(ctx, send: torch.Tensor, send_splits: List[int], recv_splits: List[int], group) -> torch.Tensor:
+    def forward(ctx: Any, send: torch.Tensor, send_splits: List[int], recv_splits: List[int],
+                group: Optional[dist.ProcessGroup]) -> torch.Tensor:
         ctx.splits, ctx.group = (send_splits, recv_splits), group
         return _all_to_all_single(send, send_splits, recv_splits, group)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None, None, None]:
         send_splits, recv_splits = ctx.splits
         return _all_to_all_single(grad, recv_splits, send_splits, ctx.group), None, None, None
 
 
-def _all_to_all_single(send: torch.Tensor, send_splits: List[int], recv_splits: List[int], group) -> torch.Tensor:
+def _all_to_all_single(send: torch.Tensor, send_splits: List[int], recv_splits: List[int],
+                       group: Optional[dist.ProcessGroup]) -> torch.Tensor:
     received = send.new_empty(sum(recv_splits))
     dist.all_to_all_single(received, send.contiguous(), recv_splits, send_splits, group=group)
     return received

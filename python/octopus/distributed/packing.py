@@ -5,7 +5,7 @@ destination rank into one send buffer (packing), and received buffers made a bat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -68,12 +68,12 @@ class ItemMove:
 
 class _MoveItems(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, values: torch.Tensor, move: ItemMove) -> torch.Tensor:
+    def forward(ctx: Any, values: torch.Tensor, move: ItemMove) -> torch.Tensor:
         ctx.move = move
         return move.move(values)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
         return ctx.move.inverse().move(grad), None
 
 
@@ -100,12 +100,12 @@ class SendLayout:
                             torch.zeros(world_size, dtype=torch.int64, device=dest.device).index_add_(
                                 0, safe, offsets.diff()),
                             torch.stack([bad.sum(), first_bad, bad_value])])
-        *counts, bad_count, first, value = counts.tolist()
+        *per_rank, bad_count, first, value = counts.tolist()
         if bad_count:
             return None, (f"dest must hold ranks of the group, 0 <= dest[i] < {world_size}; dest[{first}] is {value} "
                           f"({bad_count} out of range)")
         move = ItemMove(offsets, torch.argsort(dest, stable=True))
-        return cls(counts[:world_size], counts[world_size:], move), None
+        return cls(per_rank[:world_size], per_rank[world_size:], move), None
 
     def pack(self, batch: RaggedBatch) -> Tuple[torch.Tensor, torch.Tensor]:
         """The send buffers ``(values, sizes)``: ``batch``'s own tensors where nothing moves.
