@@ -17,15 +17,17 @@ from octopus.bench.__main__ import _count as positive_int  # octopus-bench's arg
 from octopus.bench.report import environment
 
 
-def add_common_options(parser: argparse.ArgumentParser, name: str) -> None:
+def add_common_options(parser: argparse.ArgumentParser, name: str, passes: bool = True) -> None:
     """--device, --tiny, --warmup, --repeats, --seed, --out and --json; ``name`` is the
-    example's, used for its default output folder ``<name>-results``."""
+    example's, used for its default output folder ``<name>-results``. Without ``passes``, no
+    --warmup and --repeats (an example timed over one run rather than repeated passes)."""
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
                         help="where to run (default: cuda with a GPU and octopus built with CUDA, else cpu)")
     parser.add_argument("--tiny", action="store_true", help="a tiny input that runs in seconds on a CPU (for CI)")
-    parser.add_argument("--warmup", type=positive_int, default=1, help="untimed passes before timing (default 1)")
-    parser.add_argument("--repeats", type=positive_int, default=None,
-                        help="timed passes per method, medians reported (default 5 on cuda, 3 on cpu, 1 with --tiny)")
+    if passes:
+        parser.add_argument("--warmup", type=positive_int, default=1, help="untimed passes before timing (default 1)")
+        parser.add_argument("--repeats", type=positive_int, default=None, help="timed passes per method, medians "
+                            "reported (default 5 on cuda, 3 on cpu, 1 with --tiny)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic input and the model's weights")
     parser.add_argument("--out", default=f"{name}-results", help=f"output folder (default {name}-results)")
     parser.add_argument("--json", default=None, metavar="PATH",

@@ -1,6 +1,6 @@
 """The examples (examples/*.py): each run end to end at its tiny size on the CPU in a
 subprocess, as a user runs it, with its CSV, JSON and cross-checks checked; their input
-readers (a VisDrone-DET folder, a GeoTIFF) and bad input tested in process."""
+readers (a VisDrone-DET folder, a GeoTIFF), cross-checks and bad input tested in process."""
 
 import csv
 import importlib.util
@@ -27,6 +27,8 @@ def has_module(name: str) -> bool:
 
 needs_torchvision = pytest.mark.skipif(
     not has_module("torchvision"), reason="drone_crops.py needs torchvision (its resnet18 classifier and roi_align)")
+needs_diffusers = pytest.mark.skipif(
+    not has_module("diffusers"), reason="serve_diffusion.py needs diffusers (its UNet2DModel and reference schedulers)")
 
 
 def run_example(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -228,4 +230,95 @@ def test_satellite_tiles_bad_arguments(tmp_path, capsys, args, message):
         message = "needs rasterio or tifffile"
     with pytest.raises(SystemExit) as exit_info:
         satellite_tiles.main(["--tiny", "--device", "cpu", "--out", str(tmp_path), *args])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ serving diffusion
+@needs_diffusers
+def test_serve_diffusion_end_to_end(tmp_path):
+    proc = run_example("serve_diffusion.py", tmp_path, "--json", str(tmp_path / "s.json"))
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert result["schema"] == "octopus-examples/serve-diffusion/1"
+    assert result["environment"]["device_type"] == "cpu"
+    data, records = result["data"], result["requests"]
+    assert data["model"]["name"] == "tiny" and not data["cuda_graphs"]
+    assert [r["id"] for r in records] == list(range(data["requests"])) and data["requests"] == 16
+    # A mixed workload from every client: shapes, samplers, step counts, both priorities.
+    assert {r["client"] for r in records} == set(range(data["clients"])) and data["clients"] >= 2
+    assert {tuple(r["shape"]) for r in records} == {tuple(s) for s in data["shapes"]} and len(data["shapes"]) == 3
+    assert len({r["scheduler"] for r in records}) >= 3 and len({r["steps"] for r in records}) >= 3
+    assert all(data["steps"][0] <= r["steps"] <= data["steps"][1] for r in records)
+    high = [r for r in records if r["priority"] == "high"]
+    assert high and len(high) < len(records) and all(r["deadline_s"] == data["high_deadline_s"] for r in high)
+
+    rows = {r["priority"]: r for r in result["rows"]}
+    assert set(rows) == {"all", "high", "normal"}
+    for name, row in rows.items():
+        mine = [r for r in records if name in ("all", r["priority"])]
+        done = [r for r in mine if r["status"] == "completed"]
+        assert row["requests"] == len(mine)
+        assert (row["completed"], row["deadline_missed"], row["failed"]) == (
+            len(done), sum(r["status"] == "deadline_missed" for r in mine), sum(r["status"] == "failed" for r in mine))
+        latencies = np.array([1e3 * r["latency_s"] for r in done])
+        for q in (50, 90, 99):  # numpy's default percentile interpolates linearly, as the example's
+            assert row[f"p{q}_ms"] == pytest.approx(np.percentile(latencies, q))
+        assert row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"]
+    assert rows["all"]["failed"] == 0  # nothing here fails; a missed deadline (5 s) would be timing
+    assert rows["high"]["requests"] + rows["normal"]["requests"] == rows["all"]["requests"]
+    for r in records:
+        if r["status"] == "completed":
+            assert 0 <= r["queued_s"] <= r["latency_s"] and 0 < r["sampling_s"] <= r["latency_s"]
+        else:
+            assert r["status"] == "deadline_missed" and "DeadlineMissed" in r["error"]
+
+    completed = [r for r in records if r["status"] == "completed"]
+    throughput = result["throughput"]
+    assert throughput["images_per_s"] == pytest.approx(len(completed) / throughput["wall_s"])
+    assert throughput["sample_steps_per_s"] == pytest.approx(sum(r["steps"] for r in completed) / throughput["wall_s"])
+    sampler = result["sampler"]
+    assert sampler["submitted"] == 16 and sampler["completed"] == len(completed)
+    assert sampler["sample_steps"] == sum(r["steps"] for r in completed)
+    assert 2 <= sampler["max_batch"] <= data["max_batch"]  # requests shared iterations
+    thumbnails = result["thumbnails"]
+    assert thumbnails["requests"] == len(completed) and 1 <= thumbnails["calls"] <= len(completed)
+    assert result["stream_scheduler"]["active"] == 0  # every lease came back
+
+    checks = result["checks"]
+    assert 0 < checks["thumbnails"]["max_abs_diff"] <= checks["thumbnails"]["tolerance"] == 1e-4
+    diffusers_check = checks["diffusers"]
+    assert diffusers_check["tolerance"] == 1e-6 and diffusers_check["dtype"] == "float64"
+    assert len(diffusers_check["requests"]) == 5 and len({r["scheduler"] for r in diffusers_check["requests"]}) == 5
+    assert all(r["max_relative_diff"] <= 1e-6 for r in diffusers_check["requests"])
+    assert "check: 5 requests" in proc.stdout and "check: 8 thumbnails" in proc.stdout
+
+
+@needs_diffusers
+def test_serve_diffusion_check_tells_wrong_latents():
+    """The float64 cross-check against diffusers passes the right latents and rejects
+    latents one step short or of another request's seed."""
+    import serve_diffusion
+    from octopus.bench.serving import make_model
+    model = make_model("tiny", torch.device("cpu"), torch.float64)
+    spec = serve_diffusion.check_workload([(4, 8, 8)], (3, 3), 4, seed=0)[3]  # DPM-Solver++, 3 steps
+    right = serve_diffusion.diffusers_alone(model, spec)
+    assert serve_diffusion.compare_with_diffusers(model, [spec], {spec["id"]: right})[0]["max_relative_diff"] == 0
+    for wrong in (serve_diffusion.diffusers_alone(model, dict(spec, steps=2)),
+                  serve_diffusion.diffusers_alone(model, dict(spec, seed=spec["seed"] + 1))):
+        with pytest.raises(AssertionError, match="octopus and diffusers differ"):
+            serve_diffusion.compare_with_diffusers(model, [spec], {spec["id"]: wrong})
+
+
+@needs_diffusers
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "3x8x8"], "takes 4 channels"),
+    (["--shapes", "4x9x8"], "multiples of 2"),
+    (["--shapes", "4x8"], "looks like 4x64x64"),
+    (["--steps", "5", "2"], "larger than MAX"),
+    (["--rate", "0"], "must be positive"),
+    (["--cuda-graphs"], "needs --device cuda"),
+])
+def test_serve_diffusion_bad_arguments(tmp_path, capsys, args, message):
+    import serve_diffusion
+    with pytest.raises(SystemExit) as exit_info:
+        serve_diffusion.main(["--tiny", "--device", "cpu", "--out", str(tmp_path), *args])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
