@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -94,7 +95,9 @@ TEST(StreamScheduler, TimeoutNamesTheLeaseLimitAndKeepsTime) {
   } catch (const LeaseTimeout& e) {
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     EXPECT_GE(waited, 0.1);
-    EXPECT_LT(waited, 0.2);
+    // Room for a loaded machine, where a thread may wait for a core for a good fraction of a
+    // second; still catches a timeout ignored or read in other units.
+    EXPECT_LT(waited, 0.1 + 2.0);
     EXPECT_NE(std::string(e.what()).find("lease limit"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("resize"), std::string::npos) << e.what();
   }
@@ -126,10 +129,15 @@ TEST(StreamScheduler, ServesByPriorityThenArrival) {
 TEST(StreamScheduler, TryAcquireDoesNotOvertakeAWaiter) {
   auto f = make(leases(1));
   Lease held = f.scheduler->acquire(request());
-  std::thread waiter([&] { Lease l = f.scheduler->acquire(request()); std::this_thread::sleep_for(50ms); });
+  std::promise<void> checked;
+  std::thread waiter([&] {
+    Lease l = f.scheduler->acquire(request());
+    checked.get_future().wait();  // held until the check below, however late this thread runs
+  });
   wait_for_waiting(*f.scheduler, 1);
   held.release();  // handed straight to the waiter
   EXPECT_FALSE(f.scheduler->try_acquire(request()).has_value());
+  checked.set_value();
   waiter.join();
   EXPECT_TRUE(f.scheduler->try_acquire(request()).has_value());
 }
@@ -201,7 +209,7 @@ TEST(StreamScheduler, MemoryReserve) {
   }
   // Memory freed elsewhere is noticed by polling, without any lease coming back.
   std::thread freer([&] { std::this_thread::sleep_for(30ms); f.backend->set_free_memory(0, 40 * kGiB); });
-  Lease a = f.scheduler->acquire(request("k", 0, 2.0));
+  Lease a = f.scheduler->acquire(request("k", 0, 60.0));  // returns once the memory is freed
   freer.join();
   // Bytes a lease declares are held against the reserve until it is returned.
   AcquireRequest big = request("k", 0, 0.02);

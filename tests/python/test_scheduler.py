@@ -48,14 +48,16 @@ def test_try_acquire_when_full_returns_none():
 
 
 @pytest.mark.parametrize("timeout", [0.05, 0.2])
-def test_timeout_raises_within_twice_the_timeout(timeout):
+def test_timeout_raises_once_the_timeout_has_passed(timeout):
     sched = simulated(1)
     held = sched.acquire()
     start = time.monotonic()
     with pytest.raises(octopus.LeaseTimeout, match="lease limit") as info:
         sched.acquire("crop", timeout=timeout)
     waited = time.monotonic() - start
-    assert timeout <= waited < 2 * timeout
+    # Never early; the upper bound leaves room for a loaded machine (a thread may wait for a core
+    # for a good fraction of a second) and still catches a timeout ignored or read in other units.
+    assert timeout <= waited < timeout + 2.0
     assert isinstance(info.value, TimeoutError)
     held.release()
     assert sched.stats()["timeouts"] == 1
@@ -95,15 +97,17 @@ def test_priority_then_fifo_order():
 def test_the_gil_is_released_while_waiting():
     sched = simulated(1)
     held = sched.acquire()
-    waiter = threading.Thread(target=lambda: pytest.raises(octopus.LeaseTimeout, sched.acquire, timeout=0.5))
+    waiter = threading.Thread(target=lambda: sched.acquire(timeout=30.0).release())
     waiter.start()
     wait_until_waiting(sched, 1)
-    spins, stop = 0, time.monotonic() + 0.2
-    while time.monotonic() < stop:
+    # This thread runs Python while the other is blocked in acquire (were the GIL held, it would
+    # only run again once the waiter had timed out, and find nobody waiting).
+    spins = 0
+    while spins < 10_000 and sched.stats()["waiting"] == 1:
         spins += 1
-    waiter.join()
     held.release()
-    assert spins > 10_000  # this thread ran Python while the other was blocked in acquire
+    waiter.join()
+    assert spins == 10_000
 
 
 def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
