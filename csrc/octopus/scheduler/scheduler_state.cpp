@@ -14,6 +14,19 @@ constexpr double kRateWeight = 0.25;
 
 uint64_t this_thread_id() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
 
+TimelineEntry lease_entry(const LeaseGrant& g, TimelineEntry::Type type) {
+  TimelineEntry entry;
+  entry.type = type;
+  entry.lease_id = g.id;
+  entry.kind = g.kind;
+  entry.work_class = g.work_class;
+  entry.device = g.device;
+  entry.stream_slot = g.slot;
+  entry.priority = g.priority;
+  entry.thread = this_thread_id();
+  return entry;
+}
+
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 Clock::duration duration_of(double s) {
@@ -299,15 +312,7 @@ double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mute
   ClassStats& stats = class_stats(WorkClass::BestEffort);
   stats.pauses += 1;
   stats.throttled_s += paused;
-  TimelineEntry entry;
-  entry.type = TimelineEntry::Type::Throttle;
-  entry.lease_id = g.id;
-  entry.kind = g.kind;
-  entry.work_class = g.work_class;
-  entry.device = g.device;
-  entry.stream_slot = g.slot;
-  entry.priority = g.priority;
-  entry.thread = this_thread_id();
+  TimelineEntry entry = lease_entry(g, TimelineEntry::Type::Throttle);
   entry.granted_us = micros(start);
   entry.released_us = micros(end);
   record(std::move(entry));

@@ -33,6 +33,8 @@ constexpr std::size_t index_of_class(WorkClass c) { return static_cast<std::size
 constexpr std::size_t kClassWindow = 4096;
 
 uint64_t this_thread_id();
+// A timeline entry of `type` for the lease `g`, on the calling thread (times left for the caller).
+TimelineEntry lease_entry(const LeaseGrant& g, TimelineEntry::Type type);
 double seconds(Clock::duration d);
 Clock::duration duration_of(double s);
 

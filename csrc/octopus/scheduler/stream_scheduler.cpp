@@ -105,14 +105,7 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
     stats.released += 1;
     state->holds[c].add(held);
     state->kinds[grant_.kind].holds.add(held);
-    TimelineEntry entry;
-    entry.lease_id = grant_.id;
-    entry.kind = grant_.kind;
-    entry.work_class = grant_.work_class;
-    entry.device = grant_.device;
-    entry.stream_slot = grant_.slot;
-    entry.priority = grant_.priority;
-    entry.thread = detail::this_thread_id();
+    TimelineEntry entry = detail::lease_entry(grant_, TimelineEntry::Type::Lease);
     entry.queued = grant_.queued;
     entry.requested_us = grant_.requested_us;
     entry.granted_us = grant_.granted_us;
