@@ -41,7 +41,7 @@ echo "SASS (cubins per architecture), then PTX:" | tee -a "$report"
 for kind in elf ptx; do
   cuobjdump --list-$kind "$so" | grep -o 'sm_[0-9]*' | sort | uniq -c | tee -a "$report"
 done
-python3 tests/smoke_wheel.py --device cuda 2>&1 | tail -n 3 | tee -a "$report"
+python3 tests/smoke_wheel.py --device cuda 2>&1 | tee "$out/wheel_check_${mode}_smoke.log" | tail -n 3 | tee -a "$report"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 start=$SECONDS
 python3 -m pytest tests/python -q -p no:cacheprovider > "$out/wheel_check_${mode}_pytest.log" 2>&1 || status=1
