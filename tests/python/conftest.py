@@ -1,7 +1,18 @@
+import os
+
 import pytest
 import torch
 
 import octopus
+
+# Under pytest-xdist (`-n N`) every worker would run CPU kernels on all the machine's cores, N
+# workers oversubscribing them N-fold (on the 16-core H100 machine with -n 8, three CPU-heavy tests
+# that take 52 s together alone each ran past 60 s). Share the cores out, also with the examples
+# and tools the tests start as subprocesses.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    torch.set_num_threads(_threads)
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
 
 HAS_CUDA = torch.cuda.is_available() and octopus.built_with_cuda
 
