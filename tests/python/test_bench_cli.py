@@ -106,6 +106,7 @@ def test_bad_arguments_give_a_clear_message(tmp_path, args, message):
     ("12 30\n-4 5\n", "non-negative"),
     ("12 30\nabc\n", "not numbers"),
     ("12 30\n7\n", "extents after lines"),
+    ("1,2,3,4,5,6,7,8,9\n", "or a VisDrone-VID/MOT one"),
     ("", "no item sizes"),
 ])
 def test_bad_sizes_files(tmp_path, content, message):
@@ -123,6 +124,11 @@ def test_sizes_file_formats(tmp_path):
     (visdrone / "0001.txt").write_text("684,8,273,116,0,0,0,0\n406,119,265,70,0,0,0,0\n")
     (visdrone / "0002.txt").write_text("1,2,3,4,1,1,0,0\n")
     assert read_sizes_file(str(visdrone)).tolist() == [[116, 273], [70, 265], [4, 3]]
+    # VisDrone-VID / -MOT: frame and target id first, then the same box (not read as a box of
+    # width = left and height = top).
+    video = tmp_path / "uav0000086_00000_v.txt"
+    video.write_text("1,0,684,8,273,116,0,0,0,0\n2,3,406,119,265,70,1,4,0,1\n")
+    assert read_sizes_file(str(video)).tolist() == [[116, 273], [70, 265]]
     plain = tmp_path / "plain.txt"
     plain.write_text("# H W\n10 20\n30,40\n")
     assert read_sizes_file(str(plain)).tolist() == [[10, 20], [30, 40]]

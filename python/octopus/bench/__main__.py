@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"item-size distributions of the ragged workloads: {', '.join(DISTRIBUTIONS)}, file "
                         "(default: all of them, or 'file' with --sizes-file)")
     p.add_argument("--sizes-file", default=None,
-                   help="item sizes: a COCO-style annotation JSON (bbox sizes), a VisDrone-style annotation .txt "
-                        "(or a directory of them), or text with 'H W' per line")
+                   help="item sizes: a COCO-style annotation JSON (bbox sizes), a VisDrone-DET, -VID or -MOT "
+                        "annotation .txt (or a directory of them), or text with 'H W' per line")
     p.add_argument("--items", type=_count, default=None, help="number of items (default: each distribution's own)")
     p.add_argument("--strategies", nargs="+", default=list(octopus.STRATEGIES), metavar="STRATEGY",
                    help=f"octopus strategies: {', '.join(octopus.STRATEGIES)} (default: all)")

@@ -83,8 +83,10 @@ def read_sizes_file(path: str) -> torch.Tensor:
     """Item shapes ``[M, 2]`` (H, W) from a file:
 
     - a COCO-style annotation JSON (``{"annotations": [{"bbox": [x, y, w, h]}, ...]}``),
-    - a VisDrone-style annotation text file (``left,top,width,height,...`` per line), or a
-      directory of them,
+    - a VisDrone annotation text file, or a directory of them: VisDrone-DET's
+      ``left,top,width,height[,score,category[,truncation,occlusion]]`` per line (4 to 8
+      fields), or VisDrone-VID's and -MOT's
+      ``frame,target,left,top,width,height,score,category,truncation,occlusion`` (10 fields),
     - plain text with one item per line: ``H W`` or ``H,W`` (or one number: a 1-D item).
 
     Box extents are rounded and at least 1. Raises :class:`SizesFileError` with the reason.
@@ -146,13 +148,15 @@ def _number_lines(path: str, text: str) -> Iterator[Tuple[int, str, List[float]]
 def _text_sizes(path: str, text: str) -> torch.Tensor:
     rows, width = [], None
     for line_no, line, nums in _number_lines(path, text):
-        if len(nums) >= 4:  # VisDrone: left, top, width, height, score, category, ...
+        if 4 <= len(nums) <= 8:  # VisDrone-DET: left, top, width, height, score, category, ...
             shape: Tuple[float, ...] = (nums[3], nums[2])
+        elif len(nums) == 10:  # VisDrone-VID and -MOT: frame, target, left, top, width, height, ...
+            shape = (nums[5], nums[4])
         elif len(nums) in (1, 2):
             shape = tuple(nums)
         else:
-            raise SizesFileError(f"sizes file {path!r} line {line_no}: expected 'H W', one number, "
-                                 f"or a VisDrone box line; got {len(nums)} fields")
+            raise SizesFileError(f"sizes file {path!r} line {line_no}: expected 'H W', one number, a VisDrone-DET "
+                                 f"box line (4 to 8 fields) or a VisDrone-VID/MOT one (10); got {len(nums)} fields")
         if any(v < 0 or not math.isfinite(v) for v in shape):
             raise SizesFileError(f"sizes file {path!r} line {line_no}: sizes must be non-negative, got {line[:60]!r}")
         if width is not None and len(shape) != width:
