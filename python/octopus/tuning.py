@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from ._timing import median_ms
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, check_strategy
 
 if TYPE_CHECKING:
@@ -204,7 +205,6 @@ def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strate
     for s in strategies:
         check_strategy(s)
     block_sizes = list(block_sizes or CANDIDATE_BLOCK_ELEMS)
-    from .bench.timing import median_ms
     t0 = time.perf_counter()
     probe_ms: Dict[str, Dict[str, float]] = {}
     for probe, batch in _probe_batches(device).items():
