@@ -108,6 +108,36 @@ def test_many_tiny_items(device, strategy):
     torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
 
 
+def dust_giant_tail_lengths(seed, giant):
+    """Item lengths of the hard layouts: dust of 0-64 elements with runs of empty items,
+    medium items of 300-3000, a few heavy-tailed ones, and one giant item at a random place,
+    so tiles hold one item, a few, or hundreds (and the warp's 32-way search takes rounds)."""
+    g = torch.Generator().manual_seed(seed)
+    dust = torch.randint(0, 65, (20_000,), generator=g)
+    dust[torch.randint(0, 20_000, (200,), generator=g)] = 0
+    dust[5000:5300] = 0
+    medium = torch.randint(300, 3001, (500,), generator=g)
+    tail = (40 * (1 - torch.rand(50, generator=g)) ** (-1 / 0.85)).long().clamp(max=giant // 4)
+    lengths = torch.cat([dust, medium, tail, torch.tensor([giant])])
+    return lengths[torch.randperm(len(lengths), generator=g)]
+
+
+@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
+def test_dust_giant_and_heavy_tail_layouts(device, strategy):
+    lengths = dust_giant_tail_lengths(11, 500_000 if device.type == "cpu" else 5_000_000)
+    g = torch.Generator().manual_seed(12)
+    values = torch.randn(int(lengths.sum()), generator=g)
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    batch = octopus.RaggedBatch(values.to(device), offsets.to(device), lengths[:, None].to(device))
+    scale, bias = params(len(batch), None, device, torch.float32)
+    ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    ref = values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+    for block_elems in (16, 256, 4096, 65536):
+        out = octopus.affine(batch, scale, bias, strategy=strategy, block_elems=block_elems)
+        torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
+
+
 def test_plain_tensor_api_and_defaults(device):
     batch = random_batch([(4,), (6,)], device)
     out = octopus.affine(batch.values, torch.tensor([2.0, 3.0], device=device), offsets=batch.offsets)

@@ -52,6 +52,22 @@ def test_to_padded_and_back(device, dtype, dims):
         assert torch.equal(back.offsets, batch.offsets) and torch.equal(back.sizes, batch.sizes)
 
 
+def test_from_padded_of_many_tiny_and_empty_items(device):
+    """20K items of 0-64 elements with runs of empty ones: tiles of hundreds of items, found
+    by the warp's search in several rounds, then walked item by item by the gather."""
+    g = torch.Generator().manual_seed(4)
+    lengths = torch.randint(0, 65, (20_000,), generator=g)
+    lengths[3000:3400] = 0
+    lengths[torch.randint(0, 20_000, (300,), generator=g)] = 0
+    batch = make([(n,) for n in lengths.tolist()], device)
+    dense = batch.to_padded(0.0)
+    assert torch.equal(dense.cpu(), padded_reference(batch, 0.0, [int(lengths.max())]))
+    for strategy in octopus.STRATEGIES:
+        for block_elems in (16, 256, 4096):
+            back = octopus.from_padded(dense, batch.sizes, strategy=strategy, block_elems=block_elems)
+            assert torch.equal(back.values, batch.values), (strategy, block_elems)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
 @pytest.mark.parametrize("shapes", [
     [(90, 77), (1, 1), (0, 9), (45, 50), (89, 3)],  # slots of several 4096-element chunks, odd widths
