@@ -174,8 +174,10 @@ def _pointwise_setup_context(ctx, inputs, output):
 def _pointwise_backward(ctx, grad):
     """The values' gradient, from the same op: clamp passes it where lo <= x <= hi,
     threshold "keep" where x > t, power scales it by a * b * x^(a - 1); the masks have none.
-    The parameters get no gradient."""
+    The parameters get no gradient, except center_scale's (normalization's mean and scale)."""
     values, offsets, a, b, metadata = ctx.saved_tensors
+    if ctx.kind == "center_scale":
+        return _center_scale_backward(ctx, grad, values, offsets, a, b, metadata)
 
     def same_op(kind, p, q):
         return torch.ops.octopus.pointwise(values, offsets, kind, p, q, ctx.strategy, ctx.block_elems, metadata, False)
@@ -189,6 +191,24 @@ def _pointwise_backward(ctx, grad):
     else:
         local = torch.zeros_like(grad)
     return (grad * local).to(values.dtype), None, None, None, None, None, None, None, None
+
+
+def _center_scale_backward(ctx, grad, values, offsets, a, b, metadata):
+    """out = (x - a) * b with a and b constant over an item (or its channel): d/dx = b,
+    d/da = -b * sum(grad), d/db = sum(grad * x) - a * sum(grad) over the item (channel)."""
+    grad_values = grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:
+        grad_values = torch.ops.octopus.pointwise(grad.contiguous(), offsets, "center_scale", torch.zeros_like(a), b,
+                                                  ctx.strategy, ctx.block_elems, metadata, False).to(values.dtype)
+    if ctx.needs_input_grad[3] or ctx.needs_input_grad[4]:
+        channels = a.shape[1] if a.dim() == 2 else 0
+        acc = a.dtype
+        sum_grad = item_sums(grad.to(acc), offsets, channels)
+        if ctx.needs_input_grad[3]:
+            grad_a = -b * sum_grad
+        if ctx.needs_input_grad[4]:
+            grad_b = item_sums(grad.to(acc) * values.to(acc), offsets, channels) - a * sum_grad
+    return grad_values, None, None, grad_a, grad_b, None, None, None, None
 
 
 torch.library.register_autograd("octopus::pointwise", _pointwise_backward, setup_context=_pointwise_setup_context)

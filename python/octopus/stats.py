@@ -8,7 +8,7 @@ import torch
 
 from . import _registrations  # noqa: F401
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
-from .ops import affine
+from .ops import _pointwise
 from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
@@ -91,9 +91,10 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
 
     Without ``mean``/``std`` the statistics are each item's own (instance normalization over
     ragged images, population std by default: ``correction=0``), computed by
-    :func:`item_stats` and applied by :func:`octopus.affine` — two passes over the data.
-    With ``mean`` and ``std`` (one value per channel, e.g. ImageNet's) those constants are
-    used for every item and only the affine pass runs. uint8 values give float32.
+    :func:`item_stats`, then applied as ``(x - mean) * (1 / (std + eps))`` — two passes over
+    the data; an item or channel of constant values comes out exactly 0. With ``mean`` and
+    ``std`` (one value per channel, e.g. ImageNet's) those constants are used for every item
+    and only the second pass runs. uint8 values give float32.
     Differentiable with respect to the values.
 
     ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`, packed once
@@ -108,10 +109,9 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
     m = len(batch)
     if mean is None:
         stats = item_stats(batch, channels, correction=correction, block_elems=block_elems)
-        scale = 1 / (stats.std + eps)
         # Empty items have NaN statistics and no elements: any finite parameter does.
-        shift = torch.nan_to_num(-stats.mean * scale)
-        scale = torch.nan_to_num(scale)
+        center = torch.nan_to_num(stats.mean)
+        scale = torch.nan_to_num(1 / (stats.std + eps))
     else:
         c = max(channels, 1)
         mean_t = torch.as_tensor(mean, dtype=torch.float64, device=batch.device).reshape(-1)
@@ -120,9 +120,11 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
             raise ValueError(f"mean and std must have one value per channel ({c}), got {mean_t.numel()} and "
                              f"{std_t.numel()}")
         scale = (1 / (std_t + eps)).expand(m, c)
-        shift = (-mean_t * scale).expand(m, c)
+        center = mean_t.expand(m, c)
         if channels == 0:
-            scale, shift = scale[:, 0], shift[:, 0]
-    out = affine(batch, scale.to(param_dtype).contiguous(), shift.to(param_dtype).contiguous(),
-                 block_elems=block_elems)
+            scale, center = scale[:, 0], center[:, 0]
+    # (x - mean) * scale rather than x * scale + shift: an item of (nearly) constant values has a
+    # scale near 1 / eps, and the shift's rounding would be multiplied by it.
+    out = _pointwise(batch, "center_scale", center.to(param_dtype).contiguous(), scale.to(param_dtype).contiguous(),
+                     "mean", "std", 1.0, "auto", block_elems)
     return given.result(out)

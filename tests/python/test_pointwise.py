@@ -76,17 +76,32 @@ def test_gradients(device):
     a = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64, device=device)
     b = torch.tensor([0.9, 1.0, 1.5], dtype=torch.float64, device=device)
     for kind, (p, q) in {"clamp": (a, b), "threshold_keep": (a, b - 1), "power": (a + 1, b),
-                         "threshold_mask": (a, b)}.items():
+                         "threshold_mask": (a, b), "center_scale": (a, b)}.items():
         torch.autograd.gradcheck(
             lambda x: torch.ops.octopus.pointwise(x, batch.offsets, kind, p, q, "plan", 0, None, True), (v,))
     assert m == 3
+
+
+@pytest.mark.parametrize("channels", [0, 3])
+def test_center_scale_gradients_reach_its_parameters(device, channels):
+    # normalize's (x - mean) * scale: mean and scale come from the item's statistics, so
+    # their gradients carry the values' gradient through them.
+    batch = random_batch([(3, 4, 2), (3, 0, 2), (3, 1, 5)], device, torch.float64)
+    g = torch.Generator().manual_seed(2)
+    shape = (3, channels) if channels else (3,)
+    a = torch.randn(shape, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    b = torch.randn(shape, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    v = batch.values.clone().requires_grad_()
+    torch.autograd.gradcheck(
+        lambda x, p, q: torch.ops.octopus.pointwise(x, batch.offsets, "center_scale", p, q, "plan", 0, None, True),
+        (v, a, b))
 
 
 def test_opcheck(device):
     batch = random_batch([(3, 4), (0, 2), (5, 1)], device)
     a = torch.full((3,), 0.1, device=device)
     b = torch.full((3,), 0.9, device=device)
-    for kind in ("clamp", "threshold_keep", "power", "threshold_mask"):
+    for kind in ("clamp", "threshold_keep", "power", "threshold_mask", "center_scale"):
         torch.library.opcheck(torch.ops.octopus.pointwise.default,
                               (batch.values.abs(), batch.offsets, kind, a, b, "block_search", 0, None, True))
 

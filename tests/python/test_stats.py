@@ -146,6 +146,26 @@ def test_normalize_matches_reference(device, dtype):
         torch.testing.assert_close(out.double(), want, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+def test_normalize_of_constant_items_is_exactly_zero(device, dtype):
+    """Zero variance makes the scale 1 / eps = 1e5: the result must still be x - mean = 0
+    (as x * scale + shift it was off by the shift's rounding times 1e5: 2e-4 to 2e-3 on CUDA,
+    where the multiply-add is fused)."""
+    g = torch.Generator().manual_seed(8)
+    items = [torch.randn(3, 1, 1, generator=g) * 100, torch.full((3, 4, 5), 77.7), torch.randn(3, 6, 2, generator=g)]
+    if dtype == torch.uint8:
+        items = [(t.abs() % 256).to(torch.uint8) for t in items]
+    batch = octopus.RaggedBatch.from_tensors([t.to(dtype) for t in items], device=device)
+    for channels in (0, 3):
+        out = octopus.normalize(batch, channels).cpu().unbind()
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
+        if channels == 3:
+            assert torch.equal(out[0], torch.zeros_like(out[0]))
+        x = items[2].double().reshape(max(channels, 1), -1)
+        want = (x - x.mean(1, keepdim=True)) / (x.std(1, correction=0, keepdim=True) + 1e-5)
+        torch.testing.assert_close(out[2].double().reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
+
 def test_bad_input(device):
     batch = make([(3, 4), (2, 2)], device)
     with pytest.raises(ValueError, match="channels"):

@@ -35,6 +35,11 @@ struct ThresholdKeepFn {  // x where x > a, else b
   static OCTOPUS_HD T apply(T x, T a, T b) { return x > a ? x : b; }
 };
 
+struct CenterScaleFn {  // (x - a) * b: normalization, exact 0 for x == a however large b is
+  template <typename T>
+  static OCTOPUS_HD T apply(T x, T a, T b) { return (x - a) * b; }
+};
+
 struct PowerFn {  // b * x^a (gamma correction of x >= 0: a = gamma, b = gain)
   template <typename T>
   static OCTOPUS_HD T apply(T x, T a, T b) {
@@ -46,7 +51,7 @@ struct PowerFn {  // b * x^a (gamma correction of x >= 0: a = gamma, b = gain)
   }
 };
 
-enum class PointwiseKind { Clamp, Inside, ThresholdMask, ThresholdKeep, Power };
+enum class PointwiseKind { Clamp, Inside, ThresholdMask, ThresholdKeep, Power, CenterScale };
 
 PointwiseKind parse_pointwise_kind(c10::string_view name);
 
@@ -59,6 +64,7 @@ void dispatch_pointwise_kind(PointwiseKind kind, F&& f) {
     case PointwiseKind::ThresholdMask: return f(ThresholdMaskFn{});
     case PointwiseKind::ThresholdKeep: return f(ThresholdKeepFn{});
     case PointwiseKind::Power: return f(PowerFn{});
+    case PointwiseKind::CenterScale: return f(CenterScaleFn{});
   }
 }
 

@@ -1,5 +1,6 @@
-// octopus::pointwise — clamp, threshold and power with per-item parameters: schema, kind
-// names, and the CPU kernel (the ItemParamOp of the kind's function on the generic driver).
+// octopus::pointwise — clamp, threshold, power and normalization's (x - mean) * scale with
+// per-item parameters: schema, kind names, and the CPU kernel (the ItemParamOp of the kind's
+// function on the generic driver).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -18,7 +19,10 @@ PointwiseKind parse_pointwise_kind(c10::string_view name) {
   if (name == "threshold_mask") return PointwiseKind::ThresholdMask;
   if (name == "threshold_keep") return PointwiseKind::ThresholdKeep;
   if (name == "power") return PointwiseKind::Power;
-  TORCH_CHECK_VALUE(false, "kind must be one of 'clamp', 'inside', 'threshold_mask', 'threshold_keep', 'power'; got '",
+  if (name == "center_scale") return PointwiseKind::CenterScale;
+  TORCH_CHECK_VALUE(false,
+                    "kind must be one of 'clamp', 'inside', 'threshold_mask', 'threshold_keep', 'power', 'center_scale'; "
+                    "got '",
                     std::string(name), "'");
 }
 
