@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Union, overload
+from typing import NamedTuple, Optional, Sequence, Union, cast, overload
 
 import torch
 
@@ -127,4 +127,4 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
     # scale near 1 / eps, and the shift's rounding would be multiplied by it.
     out = _pointwise(batch, "center_scale", center.to(param_dtype).contiguous(), scale.to(param_dtype).contiguous(),
                      "mean", "std", 1.0, "auto", block_elems)
-    return given.result(out)
+    return given.result(cast(RaggedBatch, out))  # a RaggedBatch in, a RaggedBatch out
