@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -568,3 +569,24 @@ TEST(SchedulerClasses, StressEveryClassWithDeadlinesAndCheckpoints) {
 }
 
 }  // namespace
+
+TEST(SchedulerClasses, BestEffortLeasesReuseTheStreamUsedLast) {
+  // One best-effort producer's consecutive leases queue on one stream (as on a plain stream);
+  // the other classes rotate through their pool. Concurrent holders still get their own.
+  auto f = make(leases(4));
+  StreamHandle first = nullptr;
+  for (int i = 0; i < 5; ++i) {
+    Lease l = f.scheduler->acquire(best_effort());
+    if (i == 0) first = l.stream();
+    EXPECT_EQ(l.stream(), first) << "lease " << i;
+  }
+  {
+    Lease a = f.scheduler->acquire(best_effort());
+    Lease b = f.scheduler->acquire(best_effort());
+    EXPECT_EQ(a.stream(), first);
+    EXPECT_NE(b.stream(), a.stream());
+  }
+  std::set<StreamHandle> normal;
+  for (int i = 0; i < 4; ++i) normal.insert(f.scheduler->acquire(request("k")).stream());
+  EXPECT_EQ(normal.size(), 4u);
+}
