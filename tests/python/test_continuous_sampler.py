@@ -142,18 +142,21 @@ def test_classifier_free_guidance_per_request_float64():
         assert_matches(result.latents, expected, rtol=1e-6)
 
 
-# float32 failed on the H100 (2026-11-23) where float64 passed at 1e-6: suspected batch-dependent
-# model kernels (a request's UNet call in a batch of others against alone), not isolated yet.
-_FLOAT32_OPEN = pytest.mark.xfail(reason="float32 parity at 1e-5 failed on the H100; cause not isolated", strict=False)
+def float32_tolerance(request):
+    """1e-5, except for DDIM's default configuration (epsilon prediction on the linear schedule,
+    x0 clipped): x0 = (x - sqrt(1 - a) eps) / sqrt(a) with a = 4e-5 at t = 999 multiplies float32
+    rounding by about 160. On the H100 diffusers' own float32 loop was 0.9-1.9e-5 away from the
+    same loop with float64 scheduler arithmetic, and ours 2.0-2.3e-5; every other sampler
+    configuration stayed within 1e-6."""
+    default_ddim = request["scheduler"] == "DDIMScheduler" and not request["scheduler_config"]
+    return 5e-5 if default_ddim else 1e-5
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
-@pytest.mark.parametrize("dtype, rtol, graphs", [(torch.float64, 1e-6, False),
-                                                 pytest.param(torch.float32, 1e-5, False, marks=_FLOAT32_OPEN),
-                                                 pytest.param(torch.float32, 1e-5, True, marks=_FLOAT32_OPEN)],
+@pytest.mark.parametrize("dtype, graphs", [(torch.float64, False), (torch.float32, False), (torch.float32, True)],
                          ids=["float64", "float32", "graphs"])
-def test_mixed_requests_match_diffusers_alone_cuda(dtype, rtol, graphs):
+def test_mixed_requests_match_diffusers_alone_cuda(dtype, graphs):
     # TF32 and batch-size-dependent convolution algorithms would differ by far more than 1e-5.
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.enabled
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.enabled = False
@@ -171,9 +174,44 @@ def test_mixed_requests_match_diffusers_alone_cuda(dtype, rtol, graphs):
         assert (captured >= 18) == graphs
         for request, result in zip(requests, results):
             assert result.latents.device.type == "cuda"
+            rtol = 1e-6 if dtype == torch.float64 else float32_tolerance(request)
             assert_matches(result.latents.cpu(), diffusers_alone(model, request, dtype, "cuda").cpu(), rtol=rtol)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.enabled = saved
+
+
+class SlowModel(torch.nn.Module):
+    """Each call keeps the GPU busy for about ``ms`` milliseconds and returns zeros."""
+
+    def __init__(self, ms):
+        super().__init__()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(10**7)
+        end.record()
+        end.synchronize()
+        self.cycles = int(10**7 * ms / start.elapsed_time(end))
+
+    def forward(self, x, t, **kwargs):
+        torch.cuda._sleep(self.cycles)
+        return torch.zeros_like(x)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_the_host_runs_at_most_max_in_flight_iterations_ahead(in_flight):
+    ms, steps = 20.0, 40
+    with torch.no_grad(), od.ContinuousSampler(SlowModel(ms), max_batch=2, device="cuda", dtype=torch.float32,
+                                               max_in_flight=in_flight) as sampler:
+        start = time.monotonic()
+        sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=steps, seed=0)
+        time.sleep(0.1)  # about 5 iterations' GPU time: an unbounded host would have issued all 40 by now
+        issued = sampler.stats()["iterations"]
+        elapsed = time.monotonic() - start
+    # Finished on the GPU by now: at most elapsed / ms iterations (plus one for timing slack).
+    assert issued <= in_flight + int(elapsed * 1e3 / ms) + 1, (issued, elapsed)
+    assert issued < steps
 
 
 class GatedModel(torch.nn.Module):
@@ -413,6 +451,7 @@ def test_bad_requests_are_refused_at_submit():
             sampler.submit(shape=(4, 8, 8))
     for options, match in [(dict(max_batch=0), "max_batch"), (dict(memory_budget=0), "memory_budget"),
                            (dict(high_priority_batch=0), "high_priority_batch"), (dict(cuda_graphs=True), "CUDA"),
+                           (dict(max_in_flight=0), "max_in_flight"), (dict(max_in_flight=1.5), "max_in_flight"),
                            (dict(dtype=torch.int32), "dtype")]:
         with pytest.raises((ValueError, TypeError), match=match):
             od.ContinuousSampler(tiny_unet(), **options).close()

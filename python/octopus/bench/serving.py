@@ -359,9 +359,9 @@ class OctopusServer:
     """(d): one ContinuousSampler kept across runs (its CUDA graphs too), rebuilt only after a
     run that had to be cut short."""
 
-    def __init__(self, model, device, dtype, max_batch: int, graphs: bool, shapes: int):
+    def __init__(self, model, device, dtype, max_batch: int, graphs: bool, shapes: int, max_in_flight: int):
         self.options = dict(max_batch=max_batch, device=device, dtype=dtype, cuda_graphs=graphs,
-                            max_graphs=2 * max_batch * shapes, record_iterations=True)
+                            max_graphs=2 * max_batch * shapes, max_in_flight=max_in_flight, record_iterations=True)
         self.model, self.graphs = model, graphs
         self.sampler = od.ContinuousSampler(model, **self.options)
 
@@ -466,7 +466,8 @@ def run(args) -> dict:
     # octopus-priority runs on the graphs' sampler (or, without graphs, the eager one).
     wanted = set(args.modes) | ({"octopus-graphs" if device.type == "cuda" else "octopus"}
                                 if "octopus-priority" in args.modes else set())
-    servers = {mode: OctopusServer(model, device, dtype, args.max_batch, mode == "octopus-graphs", len(args.shapes))
+    servers = {mode: OctopusServer(model, device, dtype, args.max_batch, mode == "octopus-graphs", len(args.shapes),
+                                  args.max_in_flight)
                for mode in ("octopus", "octopus-graphs") if mode in wanted}
     try:
         return _run(args, device, dtype, model, servers)
@@ -587,6 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-batch", type=int, default=8,
                    help="octopus-priority: the batch cap while high-priority requests run")
     p.add_argument("--high-share", type=float, default=0.1)
+    p.add_argument("--max-in-flight", type=int, default=2,
+                   help="(d): iterations the sampler issues ahead of the GPU (ContinuousSampler's max_in_flight)")
     p.add_argument("--model", default=None, choices=sorted(MODELS), help="default: realistic on a GPU, tiny on a CPU")
     p.add_argument("--device", default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -600,8 +603,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.max_batch < 1 or any(r <= 0 for r in args.rates) or not 0 <= args.high_share <= 1:
-        parser.error("--requests and --max-batch must be positive, --rates positive, --high-share in [0, 1]")
+    if (args.requests < 1 or args.max_batch < 1 or args.max_in_flight < 1 or any(r <= 0 for r in args.rates)
+            or not 0 <= args.high_share <= 1):
+        parser.error("--requests, --max-batch and --max-in-flight must be positive, --rates positive, "
+                     "--high-share in [0, 1]")
     try:
         args.shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
     except ValueError:

@@ -12,6 +12,7 @@ state). Samples whose last step is done leave; their futures resolve on a finish
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -93,6 +94,10 @@ class ContinuousSampler:
         high_priority_batch: while a request of priority "high" (or higher) is waiting or
             running, the batch is capped at this many samples, so that its iterations stay
             short (with ``preempt``, lower-priority samples are parked to get there).
+        max_in_flight: iterations issued to the GPU and not yet finished there (CUDA). The
+            sampling thread waits before issuing more, so that a request admitted now starts
+            at most this many iterations later; 2 keeps the GPU busy while the host prepares
+            the next iteration.
         record_iterations: keep per-iteration timings (:meth:`iteration_timings`).
 
     Requests (:meth:`submit`) get a :class:`concurrent.futures.Future` of a
@@ -105,13 +110,15 @@ class ContinuousSampler:
                  dtype: torch.dtype | None = None, scheduler: Any = None, memory_budget: int | None = None,
                  model_bytes_per_element: float = 0.0, stream_scheduler: StreamScheduler | None = None,
                  cuda_graphs: bool = False, max_graphs: int = 64, preempt: bool = False,
-                 high_priority_batch: int | None = None, record_iterations: bool = False):
+                 high_priority_batch: int | None = None, max_in_flight: int = 2, record_iterations: bool = False):
         if not callable(model):
             raise TypeError("model must be callable")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive int, got {max_batch!r}")
         if high_priority_batch is not None and not (isinstance(high_priority_batch, int) and high_priority_batch >= 1):
             raise ValueError(f"high_priority_batch must be a positive int or None, got {high_priority_batch!r}")
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
         if memory_budget is not None and memory_budget <= 0:
             raise ValueError(f"memory_budget must be positive bytes or None, got {memory_budget!r}")
         if model_bytes_per_element < 0:
@@ -150,6 +157,8 @@ class ContinuousSampler:
         self._record = record_iterations
         self._timings: list[dict[str, Any]] = []
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.max_in_flight = max_in_flight
+        self._in_flight: collections.deque[torch.cuda.Event] = collections.deque()
         self._finisher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="octopus-sampler-finish")
         self._thread = threading.Thread(target=self._loop, name="octopus-sampler", daemon=True)
         self._thread.start()
@@ -329,6 +338,7 @@ class ContinuousSampler:
                              sample_rows=self._sample_rows, noise=noise, state=self._arena.state)
         self._arena.latents = prev
         self._end_timing(timing, step_host)
+        self._bound_in_flight()
         self._counts["iterations"] += 1
         self._counts["sample_steps"] += len(members)
         for m in members:
@@ -337,6 +347,18 @@ class ContinuousSampler:
             m.step += 1
             if m.step == m.row.num_steps:
                 self._finish(m)
+
+    def _bound_in_flight(self) -> None:
+        """Waits (GIL released) until at most ``max_in_flight`` iterations are unfinished on
+        the GPU. Without it the host runs ahead of the device without limit, and a request
+        admitted now would queue behind every iteration already issued."""
+        if self._stream is None:
+            return
+        done = torch.cuda.Event()
+        done.record(self._stream)
+        self._in_flight.append(done)
+        while len(self._in_flight) > self.max_in_flight:
+            self._in_flight.popleft().synchronize()
 
     def _members(self) -> list[_Running]:
         """The arena's members, in their order there (the active requests)."""

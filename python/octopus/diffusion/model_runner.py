@@ -5,8 +5,9 @@ Each group's call scales its inputs where the sampler needs it (Euler's
 unconditional halves appended), runs the model, combines ``uncond + scale * (cond - uncond)``
 per sample with its own scale, and writes the result into the arena's model-output region.
 On CUDA the groups run concurrently on streams leased from a :class:`~octopus.StreamScheduler`
-(higher-priority groups first, on high-priority streams), optionally as CUDA graphs captured
-per (input shape, batch); on the CPU they run one after another.
+(higher-priority groups first, on high-priority streams), or, as CUDA graphs captured per
+(input shape, batch), one after another on one leased stream (see ``_leased_stream``); on the
+CPU they run one after another.
 
 A call that raises is retried one sample at a time, so that one request's bad conditioning
 fails only that request.
@@ -165,11 +166,17 @@ class ModelRunner:
     def _leased_stream(self, streams: StreamScheduler, plan: GroupCall, leases: list[Lease]) -> torch.cuda.Stream:
         """A stream of its own for the group where the scheduler has one; else the first
         group's (holding every lease until all groups are issued keeps their streams apart).
-        (The leases are CUDA leases: their streams are never None.)"""
+        With CUDA graphs every group runs on the first group's stream: graphs captured on one
+        stream share that stream's cuBLAS workspace (its address is baked into each graph),
+        and two of them replayed at once on different streams corrupted each other's split-K
+        state: float32 models hung the GPU (H100, torch 2.11). (The leases are CUDA leases:
+        their streams are never None.)"""
         shape = (plan.group.size, *plan.group.shape)
         if not leases:
             leases.append(streams.acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device,
                                           timeout=None))
+            return cast(torch.cuda.Stream, leases[0].stream)
+        if self.graphs is not None:
             return cast(torch.cuda.Stream, leases[0].stream)
         lease = streams.try_acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device)
         if lease is None:
