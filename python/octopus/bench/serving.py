@@ -25,7 +25,10 @@ Modes, side by side in one run::
                    streams, one fused step for all; eagerly, with CUDA graphs
                    (``octopus-graphs``), and with graphs and a latency policy for high-priority
                    requests (``octopus-priority``: ``preempt=True``,
-                   ``high_priority_batch=--priority-batch``)
+                   ``high_priority_batch=--priority-batch``); with graphs (on a GPU) and
+                   high-priority requests in a lane of their own (``octopus-lane``:
+                   ``priority_lane=True``), and that with the latency policy too
+                   (``octopus-lane-priority``)
 
 Reported per mode and rate: throughput (images/s), latency p50/p99 (overall and high
 priority; wall time from arrival to completion), the share of iteration time spent in the
@@ -72,7 +75,8 @@ MODELS = {
     "tiny": dict(block_out_channels=(8, 16), layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
                  up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=4, attention_head_dim=8),
 }
-MODES = ("serial", "static", "step-level", "octopus", "octopus-graphs", "octopus-priority")
+MODES = ("serial", "static", "step-level", "octopus", "octopus-graphs", "octopus-priority", "octopus-lane",
+         "octopus-lane-priority")
 
 
 def make_model(name: str, device: torch.device, dtype: torch.dtype):
@@ -359,15 +363,18 @@ class OctopusServer:
     """(d): one ContinuousSampler kept across runs (its CUDA graphs too), rebuilt only after a
     run that had to be cut short."""
 
-    def __init__(self, model, device, dtype, max_batch: int, graphs: bool, shapes: int, max_in_flight: int):
+    def __init__(self, model, device, dtype, max_batch: int, graphs: bool, shapes: int, max_in_flight: int,
+                 priority_lane: bool = False, priority_batch: int = 8):
         self.options = dict(max_batch=max_batch, device=device, dtype=dtype, cuda_graphs=graphs,
-                            max_graphs=2 * max_batch * shapes, max_in_flight=max_in_flight, record_iterations=True)
-        self.model, self.graphs = model, graphs
+                            max_graphs=2 * max_batch * shapes, max_in_flight=max_in_flight, priority_lane=priority_lane,
+                            record_iterations=True)
+        self.model, self.graphs, self.priority_batch = model, graphs, priority_batch
         self.sampler = od.ContinuousSampler(model, **self.options)
 
     def prepare(self, shapes) -> None:
         if self.graphs:
-            self.sampler.prepare_graphs(shapes, range(1, self.options["max_batch"] + 1))
+            self.sampler.prepare_graphs(shapes, range(1, self.options["max_batch"] + 1),
+                                        priority_batch_sizes=range(1, self.priority_batch + 1))
 
     def run(self, workload, timeout: float, preempt: bool = False, high_priority_batch: int | None = None) -> dict:
         self.sampler.preempt, self.sampler.high_priority_batch = preempt, high_priority_batch
@@ -448,6 +455,9 @@ def run_mode(mode: str, model, workload, args, device, dtype, servers: dict) -> 
         "octopus-graphs": lambda: servers["octopus-graphs"].run(workload, args.run_timeout),
         "octopus-priority": lambda: (servers.get("octopus-graphs") or servers["octopus"]).run(
             workload, args.run_timeout, preempt=True, high_priority_batch=args.priority_batch),
+        "octopus-lane": lambda: servers["octopus-lane"].run(workload, args.run_timeout),
+        "octopus-lane-priority": lambda: servers["octopus-lane"].run(
+            workload, args.run_timeout, preempt=True, high_priority_batch=args.priority_batch),
     }
     with GpuUtilization(device) as utilization:
         wall = time.perf_counter()
@@ -465,10 +475,13 @@ def run(args) -> dict:
     model = make_model(args.model, device, dtype)
     # octopus-priority runs on the graphs' sampler (or, without graphs, the eager one).
     wanted = set(args.modes) | ({"octopus-graphs" if device.type == "cuda" else "octopus"}
-                                if "octopus-priority" in args.modes else set())
-    servers = {mode: OctopusServer(model, device, dtype, args.max_batch, mode == "octopus-graphs", len(args.shapes),
-                                  args.max_in_flight)
-               for mode in ("octopus", "octopus-graphs") if mode in wanted}
+                                if "octopus-priority" in args.modes else set()) | (
+        {"octopus-lane"} if "octopus-lane-priority" in args.modes else set())
+    servers = {mode: OctopusServer(model, device, dtype, args.max_batch,
+                                  mode == "octopus-graphs" or (mode == "octopus-lane" and device.type == "cuda"),
+                                  len(args.shapes), args.max_in_flight, priority_lane=mode == "octopus-lane",
+                                  priority_batch=args.priority_batch)
+               for mode in ("octopus", "octopus-graphs", "octopus-lane") if mode in wanted}
     try:
         return _run(args, device, dtype, model, servers)
     finally:
@@ -509,7 +522,8 @@ def _run(args, device, dtype, model, servers) -> dict:
         single = make_workload(max(1, args.requests // 4), max(args.rates), args.seed + 1, 0.0,
                                shapes=[args.shapes[-1]], samplers=[SAMPLERS[0]], steps=(args.steps[1], args.steps[1]))
         # No high-priority requests here: octopus-priority would be octopus-graphs again.
-        for mode in (m for m in args.modes if m not in ("serial", "octopus-priority")):
+        for mode in (m for m in args.modes if m not in ("serial", "octopus-priority", "octopus-lane",
+                                                        "octopus-lane-priority")):
             print(f"single shape: {mode}", file=sys.stderr)
             row = run_mode(mode, model, single, args, device, dtype, servers)
             row.update(rate=max(args.rates), scenario="single")
@@ -586,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--static-wait", type=float, default=0.05, help="(b): seconds a batch waits to fill")
     p.add_argument("--priority-batch", type=int, default=8,
-                   help="octopus-priority: the batch cap while high-priority requests run")
+                   help="octopus-priority: the batch cap while high-priority requests run; octopus-lane: "
+                        "the priority lane's batch sizes captured up front")
     p.add_argument("--high-share", type=float, default=0.1)
     p.add_argument("--max-in-flight", type=int, default=2,
                    help="(d): iterations the sampler issues ahead of the GPU (ContinuousSampler's max_in_flight)")

@@ -7,6 +7,10 @@ once per group (concurrently on leased CUDA streams), and then steps **every** a
 with one fused ``sampler_step`` launch, each at its own timestep of its own sampler (DDIM,
 Euler, flow-matching Euler, DPM-Solver++ 2M, UniPC; its own step count, its own multistep
 state). Samples whose last step is done leave; their futures resolve on a finishing thread.
+
+With ``priority_lane``, high-priority samples iterate in a lane of their own (its own packed
+batch, step and streams), issued before and concurrently with the others' iterations, so that
+they never wait for the other samples' model calls.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import torch
 
 from ..scheduler import DeadlineMissed, StreamScheduler
 from .arena import LatentArena, Member
-from .model_runner import GroupCall, ModelRunner
+from .model_runner import CapturedCalls, GroupCall, ModelRunner
 from .requests import (AdmissionQueue, SampleResult, SamplingRequest, check_request,
                        resolve_scheduler, sampler_row)
 from .rows import RowTables, SamplerRow, fused_step, to_device
@@ -66,6 +70,33 @@ class _Running(Member):
     cond: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     neg: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     failed: bool = False
+    lane: "_Lane | None" = None  # while it has a slot
+
+
+@dataclasses.dataclass(eq=False)
+class _Lane:
+    """A pipeline of iterations: its packed samples, the fused step's tables and free slots,
+    the model calls (and their CUDA graphs), the stream its step runs on, and its iterations
+    not yet finished on the GPU."""
+
+    arena: LatentArena
+    runner: ModelRunner
+    stream: torch.cuda.Stream | None
+    free_slots: list[int]
+    tables: RowTables | None = None
+    sample_rows: torch.Tensor | None = None
+    plans: list[GroupCall] = dataclasses.field(default_factory=list)
+    changed: bool = False
+    in_flight: collections.deque[torch.cuda.Event] = dataclasses.field(default_factory=collections.deque)
+
+    def ready(self, limit: int) -> bool:
+        """Fewer than ``limit`` of its iterations are unfinished on the GPU."""
+        while self.in_flight and self.in_flight[0].query():
+            self.in_flight.popleft()
+        return len(self.in_flight) < limit
+
+    def on_stream(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
 
 class ContinuousSampler:
@@ -94,10 +125,14 @@ class ContinuousSampler:
         high_priority_batch: while a request of priority "high" (or higher) is waiting or
             running, the batch is capped at this many samples, so that its iterations stay
             short (with ``preempt``, lower-priority samples are parked to get there).
-        max_in_flight: iterations issued to the GPU and not yet finished there (CUDA). The
-            sampling thread waits before issuing more, so that a request admitted now starts
-            at most this many iterations later; 2 keeps the GPU busy while the host prepares
-            the next iteration.
+        max_in_flight: iterations issued to the GPU and not yet finished there (CUDA; per
+            lane). The sampling thread waits before issuing more, so that a request admitted
+            now starts at most this many iterations later; 2 keeps the GPU busy while the host
+            prepares the next iteration.
+        priority_lane: samples of priority "high" (or higher) iterate in a lane of their own:
+            their own packed batch and fused step, on high-priority streams, issued first and
+            concurrently with the other samples' iterations (their CUDA graphs are captured on
+            a stream of their own). ``max_batch`` counts the samples of both lanes.
         record_iterations: keep per-iteration timings (:meth:`iteration_timings`).
 
     Requests (:meth:`submit`) get a :class:`concurrent.futures.Future` of a
@@ -110,7 +145,8 @@ class ContinuousSampler:
                  dtype: torch.dtype | None = None, scheduler: Any = None, memory_budget: int | None = None,
                  model_bytes_per_element: float = 0.0, stream_scheduler: StreamScheduler | None = None,
                  cuda_graphs: bool = False, max_graphs: int = 64, preempt: bool = False,
-                 high_priority_batch: int | None = None, max_in_flight: int = 2, record_iterations: bool = False):
+                 high_priority_batch: int | None = None, max_in_flight: int = 2, priority_lane: bool = False,
+                 record_iterations: bool = False):
         if not callable(model):
             raise TypeError("model must be callable")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -139,15 +175,20 @@ class ContinuousSampler:
         self._owned_streams: StreamScheduler | None = None
         if self.device.type == "cuda" and stream_scheduler is None:
             stream_scheduler = self._owned_streams = StreamScheduler(4, devices=[self.device.index])
-        self._runner = ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs)
-        self._arena = LatentArena(self.device, self.dtype)
-        self._tables: RowTables | None = None
-        self._free_slots = list(range(max_batch - 1, -1, -1))
-        self._sample_rows = torch.zeros(0, dtype=torch.int64, device=self.device)
-        self._plans: list[GroupCall] = []
+        on_cuda = self.device.type == "cuda"
+
+        def lane(priority: int) -> _Lane:
+            capture = torch.cuda.Stream(self.device, priority=priority) if on_cuda and priority and cuda_graphs else None
+            return _Lane(LatentArena(self.device, self.dtype),
+                         ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs, capture),
+                         torch.cuda.Stream(self.device, priority=priority) if on_cuda else None,
+                         list(range(max_batch - 1, -1, -1)))
+
+        # The normal lane, then (with priority_lane) the priority lane on high-priority streams.
+        self._lanes = [lane(0)] + ([lane(-1)] if priority_lane else [])
+        self.priority_lane = bool(priority_lane)
         self._active: list[_Running] = []
         self._queue: AdmissionQueue[_Running] = AdmissionQueue()
-        self._layout_changed = False
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._inbox: list[_Running] = []
@@ -156,9 +197,7 @@ class ContinuousSampler:
                             sample_steps=0)
         self._record = record_iterations
         self._timings: list[dict[str, Any]] = []
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.max_in_flight = max_in_flight
-        self._in_flight: collections.deque[torch.cuda.Event] = collections.deque()
         self._finisher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="octopus-sampler-finish")
         self._thread = threading.Thread(target=self._loop, name="octopus-sampler", daemon=True)
         self._thread.start()
@@ -228,38 +267,48 @@ class ContinuousSampler:
             out = dict(self._counts)
             out["waiting"] = len(self._inbox) + len(self._queue)
         out["running"] = len(self._active)
-        out["graphs_captured"] = self._runner.graphs.captures if self._runner.graphs is not None else 0
+        out["graphs_captured"] = sum(lane.runner.graphs.captures for lane in self._lanes
+                                     if lane.runner.graphs is not None)
         return out
 
     def prepare_graphs(self, shapes: Iterable[Sequence[int]], batch_sizes: Iterable[int],
-                       conditioning: Mapping[str, torch.Tensor] | None = None) -> int:
+                       conditioning: Mapping[str, torch.Tensor] | None = None,
+                       priority_batch_sizes: Iterable[int] | None = None) -> int:
         """With ``cuda_graphs``: captures the model's call for every latent shape and batch
         size now (a warm-up call and the capture), rather than on their second use while
         sampling. ``conditioning``: one sample's model keyword tensors, for models that take
-        them (a guided batch of n samples is a model batch of 2n). Call it while no request
-        is waiting or running. Returns the number of graphs captured."""
-        graphs = self._runner.graphs
-        if graphs is None:
+        them (a guided batch of n samples is a model batch of 2n). With ``priority_lane``,
+        the priority lane's graphs are captured too, for ``priority_batch_sizes`` (default:
+        ``batch_sizes``). Call it while no request is waiting or running. Returns the number
+        of graphs captured."""
+        if self._lanes[0].runner.graphs is None:
             raise RuntimeError("prepare_graphs needs a sampler made with cuda_graphs=True")
         with self._lock:
             busy = bool(self._inbox or len(self._queue) or self._active)
         if busy:
             raise RuntimeError("prepare_graphs must be called while the sampler is idle")
         kwargs = self._on_device(conditioning)
-        before = graphs.captures
-        with torch.no_grad(), torch.cuda.device(self.device), torch.cuda.stream(self._stream):
-            for shape in shapes:
-                for b in batch_sizes:
-                    x = torch.zeros((b, *shape), device=self.device, dtype=self.dtype)
-                    t = torch.zeros(b, device=self.device)
-                    batched = {k: v.expand(b, *v.shape).contiguous() for k, v in kwargs.items()}
-                    for _ in range(2):  # the first call is the warm-up, the second is captured
-                        graphs(x, t, batched)
-        return graphs.captures - before
+        shapes, batch_sizes = [tuple(s) for s in shapes], list(batch_sizes)
+        sizes = [batch_sizes, list(priority_batch_sizes) if priority_batch_sizes is not None else batch_sizes]
+        captured = 0
+        with torch.no_grad(), torch.cuda.device(self.device):
+            for lane, lane_sizes in zip(self._lanes, sizes):
+                graphs = cast(CapturedCalls, lane.runner.graphs)
+                before = graphs.captures
+                with lane.on_stream():
+                    for shape in shapes:
+                        for b in lane_sizes:
+                            x = torch.zeros((b, *shape), device=self.device, dtype=self.dtype)
+                            t = torch.zeros(b, device=self.device)
+                            batched = {k: v.expand(b, *v.shape).contiguous() for k, v in kwargs.items()}
+                            for _ in range(2):  # the first call is the warm-up, the second is captured
+                                graphs(x, t, batched)
+                captured += graphs.captures - before
+        return captured
 
     def iteration_timings(self) -> list[dict[str, float]]:
-        """With ``record_iterations``: per iteration since the last call, its ``samples``,
-        ``groups``, and times in ms: ``iteration`` (from the first model call's issue to the
+        """With ``record_iterations``: per iteration since the last call, its ``lane``
+        ("normal" or "priority"), ``samples``, ``groups``, and times in ms: ``iteration`` (from the first model call's issue to the
         step's end) and ``step`` (the fused step), device times from CUDA events on a GPU
         (host times on the CPU), and ``step_host`` (host time to prepare and issue the step)."""
         if self.device.type == "cuda":
@@ -285,9 +334,8 @@ class ContinuousSampler:
     def _loop(self) -> None:
         context = contextlib.ExitStack()
         context.enter_context(torch.no_grad())  # grad mode is per thread: this one samples, never trains
-        if self._stream is not None:
+        if self.device.type == "cuda":
             context.enter_context(torch.cuda.device(self.device))
-            context.enter_context(torch.cuda.stream(self._stream))
         with context:
             while True:
                 with self._lock:
@@ -308,37 +356,52 @@ class ContinuousSampler:
                     self._abandon_active(error)
 
     def _iterate(self) -> None:
+        """Admits what fits, then issues an iteration of every lane that has samples and room
+        on the GPU (the priority lane first); waits for the GPU where none has room."""
         for late in self._queue.expire(time.monotonic(), lambda r: r.started is None):
             waited = time.monotonic() - late.submitted
             self._fail(late, DeadlineMissed(f"the request's deadline passed after {waited:.3f} s in the queue"),
                        "expired")
         self._admit()
-        if not self._active:
-            return
-        if self._layout_changed:
-            self._arena.rebuild(self._active)
-            self._plans = self._runner.plans(self._arena, lambda m: (m.priority, m.cond, m.neg,
-                                                                     m.request.guidance_scale))
-            self._sample_rows = to_device(np.array([m.slot for m in self._members()], dtype=np.int64), self.device)
-            self._layout_changed = False
-        members = self._members()
-        timing = self._begin_timing(len(members))
+        busy = [lane for lane in reversed(self._lanes) if any(m.lane is lane for m in self._active)]
+        issued = False
+        for lane in busy:
+            if lane.ready(self.max_in_flight):
+                with lane.on_stream():
+                    self._iterate_lane(lane)
+                issued = True
+        if busy and not issued:  # every busy lane has max_in_flight iterations on the GPU
+            busy[0].in_flight.popleft().synchronize()  # GIL released; the priority lane's first
+
+    def _iterate_lane(self, lane: _Lane) -> None:
+        if lane.changed:
+            lane.arena.rebuild([m for m in self._active if m.lane is lane])
+            lane.plans = lane.runner.plans(lane.arena, lambda m: (m.priority, m.cond, m.neg,
+                                                                  m.request.guidance_scale))
+            lane.sample_rows = to_device(np.array([m.slot for m in self._members(lane)], dtype=np.int64),
+                                         self.device)
+            lane.changed = False
+        members = self._members(lane)
+        timing = self._begin_timing(lane, len(members))
         timesteps = to_device(np.array([m.row.timesteps[m.step] for m in members]), self.device)
         divisors = None
         if any(m.divisors is not None for m in members):
             divisors = to_device(torch.tensor([m.divisors[m.step] if m.divisors is not None else 1.0 for m in members],
                                               dtype=self.dtype), self.device)
-        for member, error in self._runner.run(self._arena, self._plans, timesteps.float(), divisors):
+        for member, error in lane.runner.run(lane.arena, lane.plans, timesteps.float(), divisors):
             self._fail(member, error, "failed")
         step_host = time.perf_counter()
         self._mark(timing)
-        noise = self._step_noise(members)
-        prev, _ = fused_step(self._arena.model_output, self._arena.latents, self._arena.offsets, timesteps,
-                             cast(RowTables, self._tables),  # built when the first request joined
-                             sample_rows=self._sample_rows, noise=noise, state=self._arena.state)
-        self._arena.latents = prev
-        self._end_timing(timing, step_host)
-        self._bound_in_flight()
+        noise = self._step_noise(lane, members)
+        prev, _ = fused_step(lane.arena.model_output, lane.arena.latents, lane.arena.offsets, timesteps,
+                             cast(RowTables, lane.tables),  # built when the lane's first request joined
+                             sample_rows=lane.sample_rows, noise=noise, state=lane.arena.state)
+        lane.arena.latents = prev
+        self._end_timing(lane, timing, step_host)
+        if lane.stream is not None:
+            done = torch.cuda.Event()
+            done.record(lane.stream)
+            lane.in_flight.append(done)
         self._counts["iterations"] += 1
         self._counts["sample_steps"] += len(members)
         for m in members:
@@ -348,21 +411,10 @@ class ContinuousSampler:
             if m.step == m.row.num_steps:
                 self._finish(m)
 
-    def _bound_in_flight(self) -> None:
-        """Waits (GIL released) until at most ``max_in_flight`` iterations are unfinished on
-        the GPU. Without it the host runs ahead of the device without limit, and a request
-        admitted now would queue behind every iteration already issued."""
-        if self._stream is None:
-            return
-        done = torch.cuda.Event()
-        done.record(self._stream)
-        self._in_flight.append(done)
-        while len(self._in_flight) > self.max_in_flight:
-            self._in_flight.popleft().synchronize()
-
-    def _members(self) -> list[_Running]:
-        """The arena's members, in their order there (the active requests)."""
-        return cast("list[_Running]", self._arena.members)
+    @staticmethod
+    def _members(lane: _Lane) -> list[_Running]:
+        """The lane's members, in their order in its arena."""
+        return cast("list[_Running]", lane.arena.members)
 
     # -- admission ----------------------------------------------------------------------
 
@@ -398,7 +450,6 @@ class ContinuousSampler:
                 continue
             if joined:
                 self._active.append(head)
-                self._layout_changed = True
 
     def _park_for_priority(self) -> None:
         """Parks the lowest-priority running samples while a higher-priority request waits
@@ -413,12 +464,12 @@ class ContinuousSampler:
             self._park(victim)
 
     def _park(self, m: _Running) -> None:
+        lane = cast(_Lane, m.lane)  # an active sample has one
         if m.position is not None:
-            m.pending_latents, m.pending_state = self._arena.latents_of(m), self._arena.state_of(m)
+            with lane.on_stream():
+                m.pending_latents, m.pending_state = lane.arena.latents_of(m), lane.arena.state_of(m)
         m.position = None
-        self._release_slot(m)
-        self._active.remove(m)
-        self._layout_changed = True
+        self._leave(m)
         self._queue.push(m, m.priority, m.deadline, arrival=m.arrival)
         self._counts["parked"] += 1
 
@@ -434,11 +485,14 @@ class ContinuousSampler:
                 return False
             m.key = (m.shape, tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(m.cond.items())))
             m.started = time.monotonic()
-        m.slot = self._free_slots.pop()
-        if self._tables is None:
-            self._tables = RowTables.build([m.row] * self.max_batch, self.device)
-        self._tables = self._tables.widened(m.row.num_steps, len(m.row.table))
-        self._tables.write(m.slot, m.row)
+        lane = self._lanes[-1] if self.priority_lane and m.priority >= HIGH_PRIORITY else self._lanes[0]
+        m.lane, m.slot = lane, lane.free_slots.pop()
+        with lane.on_stream():  # the lane's step reads its tables on its stream
+            if lane.tables is None:
+                lane.tables = RowTables.build([m.row] * self.max_batch, self.device)
+            lane.tables = lane.tables.widened(m.row.num_steps, len(m.row.table))
+            lane.tables.write(m.slot, m.row)
+        lane.changed = True
         return True
 
     def _on_device(self, tensors: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
@@ -447,17 +501,18 @@ class ContinuousSampler:
 
     def _release_slot(self, m: _Running) -> None:
         if m.slot is not None:
-            self._free_slots.append(m.slot)
-            m.slot = None
+            cast(_Lane, m.lane).free_slots.append(m.slot)
+        m.slot, m.lane = None, None
 
     # -- results ------------------------------------------------------------------------
 
     def _finish(self, m: _Running) -> None:
-        latents = self._arena.latents_of(m)
+        lane = cast(_Lane, m.lane)  # called on the lane's stream
+        latents = lane.arena.latents_of(m)
         done = None
-        if self._stream is not None:
+        if lane.stream is not None:
             done = torch.cuda.Event()
-            done.record(self._stream)
+            done.record(lane.stream)
         self._leave(m)
         self._counts["completed"] += 1
         self._finisher.submit(self._resolve, m, latents, done)
@@ -486,14 +541,15 @@ class ContinuousSampler:
 
     def _leave(self, m: _Running) -> None:
         self._active.remove(m)
+        cast(_Lane, m.lane).changed = True
         self._release_slot(m)
-        self._layout_changed = True
 
     def _abandon_active(self, error: BaseException) -> None:
         for m in list(self._active):
             self._fail(m, error, "failed")
-        self._arena = LatentArena(self.device, self.dtype)
-        self._layout_changed = True
+        for lane in self._lanes:
+            lane.arena = LatentArena(self.device, self.dtype)
+            lane.changed = True
 
     def _cancel_everything(self) -> None:
         for m in self._queue.drain() + list(self._active):
@@ -527,44 +583,47 @@ class ContinuousSampler:
         element = torch.empty((), dtype=self.dtype).element_size()
         return int(numel * (element * buffers + self.model_bytes_per_element * guided))
 
-    def _step_noise(self, members: Sequence[_Running]) -> torch.Tensor | None:
+    def _step_noise(self, lane: _Lane, members: Sequence[_Running]) -> torch.Tensor | None:
         """DDIM's step noise where a sample has eta > 0 (drawn from its generator, as
         diffusers draws it); None where none has."""
         if not any(m.generator is not None and not m.failed for m in members):
             return None
-        noise = torch.zeros(self._arena.latents.numel(), dtype=self.dtype)
+        noise = torch.zeros(lane.arena.latents.numel(), dtype=self.dtype)
         offsets = np.concatenate([[0], np.cumsum([math.prod(m.shape) for m in members])])
         for m, start, end in zip(members, offsets[:-1], offsets[1:]):
             if m.generator is not None and not m.failed:
                 noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=self.dtype).reshape(-1)
         return to_device(noise, self.device)
 
-    def _begin_timing(self, samples: int) -> dict[str, Any] | None:
+    def _begin_timing(self, lane: _Lane, samples: int) -> dict[str, Any] | None:
+        """(Called on the lane's stream, as _mark and _end_timing are.)"""
         if not self._record:
             return None
-        timing: dict[str, Any] = dict(samples=samples, groups=len(self._arena.groups), host_start=time.perf_counter())
-        if self._stream is not None:
+        timing: dict[str, Any] = dict(samples=samples, groups=len(lane.arena.groups), host_start=time.perf_counter(),
+                                      lane="priority" if lane is not self._lanes[0] else "normal")
+        if lane.stream is not None:
             start = torch.cuda.Event(enable_timing=True)
-            start.record(self._stream)
+            start.record()
             timing["events"] = [start]
         return timing
 
-    def _mark(self, timing: dict[str, Any] | None) -> None:
+    @staticmethod
+    def _mark(timing: dict[str, Any] | None) -> None:
         if timing is not None and "events" in timing:
             event = torch.cuda.Event(enable_timing=True)
-            event.record(self._stream)
+            event.record()
             timing["events"].append(event)
         elif timing is not None:
             timing["host_before_step"] = time.perf_counter()
 
-    def _end_timing(self, timing: dict[str, Any] | None, step_host: float) -> None:
+    def _end_timing(self, lane: _Lane, timing: dict[str, Any] | None, step_host: float) -> None:
         if timing is None:
             return
         now = time.perf_counter()
         timing["step_host"] = (now - step_host) * 1e3
         if "events" in timing:
             event = torch.cuda.Event(enable_timing=True)
-            event.record(self._stream)
+            event.record()
             timing["events"].append(event)
         else:
             timing["iteration"] = (now - timing.pop("host_start")) * 1e3

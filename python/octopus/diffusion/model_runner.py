@@ -61,10 +61,14 @@ def model_output_of(result: Any) -> torch.Tensor:
 class CapturedCalls:
     """CUDA graphs of a model, one per (input shapes, dtypes): a key's first call runs eagerly
     (its warm-up), its second is captured, later ones replay. At most ``max_graphs`` are
-    kept (the least recently used is dropped); a key whose capture fails runs eagerly."""
+    kept (the least recently used is dropped); a key whose capture fails runs eagerly.
+    ``capture_stream``: where they are captured (None: torch's default capture stream). Graphs
+    captured on one stream share its cuBLAS workspace: graphs that may replay at the same time
+    need different capture streams."""
 
-    def __init__(self, model: Callable[..., Any], max_graphs: int):
-        self.model, self.max_graphs = model, max_graphs
+    def __init__(self, model: Callable[..., Any], max_graphs: int,
+                 capture_stream: Optional[torch.cuda.Stream] = None):
+        self.model, self.max_graphs, self.capture_stream = model, max_graphs, capture_stream
         self._graphs: collections.OrderedDict[Tuple[Any, ...], _Captured] = collections.OrderedDict()
         self._seen: set[Tuple[Any, ...]] = set()
         self._eager_only: set[Tuple[Any, ...]] = set()
@@ -97,7 +101,7 @@ class CapturedCalls:
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: the sampler's finishing thread may use CUDA meanwhile.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=self.capture_stream, capture_error_mode="thread_local"):
                 static_out = model_output_of(self.model(static_x, static_t, **static_kwargs))
         except Exception:  # noqa: BLE001 (a model that cannot be captured runs eagerly)
             self._eager_only.add(key)
@@ -113,13 +117,14 @@ class ModelRunner:
     """Runs the model for every group of an arena and fills its model-output buffer."""
 
     def __init__(self, model: Callable[..., Any], device: torch.device,
-                 stream_scheduler: Optional[StreamScheduler] = None, cuda_graphs: bool = False, max_graphs: int = 64):
+                 stream_scheduler: Optional[StreamScheduler] = None, cuda_graphs: bool = False, max_graphs: int = 64,
+                 capture_stream: Optional[torch.cuda.Stream] = None):
         if cuda_graphs and device.type != "cuda":
             raise ValueError("cuda_graphs needs a CUDA device")
         self.device = device
         self.model = model
         self.streams = stream_scheduler if device.type == "cuda" else None
-        self.graphs = CapturedCalls(model, max_graphs) if cuda_graphs else None
+        self.graphs = CapturedCalls(model, max_graphs, capture_stream) if cuda_graphs else None
 
     def plans(self, arena: LatentArena, conditioning: Callable[[Any], Tuple[Any, ...]]) -> list[GroupCall]:
         """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale)."""
