@@ -30,10 +30,12 @@ def test_verdicts():
             dict(name="b", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.61, be_share=0.95),
             dict(name="c", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.5, be_share=0.79),
             dict(name="d", lc="mlp", error="RuntimeError: no partition")]
-    contention.summarize(rows, {"mlp": 0.4})
+    contention.summarize(rows, {"mlp": 0.4}, {"mlp": 1.16})
     assert [r.get("meets_target") for r in rows] == [True, False, False, None]
     assert rows[0]["lc_p99_over_alone"] == 0.58 / 0.4
+    assert rows[0]["lc_p99_over_alone_p99"] == 0.58 / 1.16  # like for like, reported beside the target's measure
     table = contention.format_table(rows)
+    assert table.splitlines()[1].split()[-3] == "0.50"  # p99 / alone p99
     assert "error: RuntimeError: no partition" in table and "yes" in table
 
 
