@@ -142,7 +142,7 @@ def test_priority_lane_iterates_high_priority_samples_apart_and_matches_diffuser
         assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
 
 
-def test_priority_lane_runs_high_priority_requests_first_when_both_lanes_are_full():
+def test_a_high_priority_request_queued_behind_a_full_batch_joins_first_in_its_lane():
     """With the lanes sharing max_batch, a high-priority request queued behind a full normal
     lane still gets a place first (admission is by priority), and iterates in its lane."""
     with torch.no_grad():
