@@ -178,7 +178,8 @@ class ContinuousSampler:
         on_cuda = self.device.type == "cuda"
 
         def lane(priority: int) -> _Lane:
-            capture = torch.cuda.Stream(self.device, priority=priority) if on_cuda and priority and cuda_graphs else None
+            own_capture = on_cuda and cuda_graphs and priority != 0  # the normal lane: torch's capture stream
+            capture = torch.cuda.Stream(self.device, priority=priority) if own_capture else None
             return _Lane(LatentArena(self.device, self.dtype),
                          ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs, capture),
                          torch.cuda.Stream(self.device, priority=priority) if on_cuda else None,
@@ -308,9 +309,10 @@ class ContinuousSampler:
 
     def iteration_timings(self) -> list[dict[str, float]]:
         """With ``record_iterations``: per iteration since the last call, its ``lane``
-        ("normal" or "priority"), ``samples``, ``groups``, and times in ms: ``iteration`` (from the first model call's issue to the
-        step's end) and ``step`` (the fused step), device times from CUDA events on a GPU
-        (host times on the CPU), and ``step_host`` (host time to prepare and issue the step)."""
+        ("normal" or "priority"), ``samples``, ``groups``, and times in ms: ``iteration``
+        (from the first model call's issue to the step's end) and ``step`` (the fused step),
+        device times from CUDA events on a GPU (host times on the CPU), and ``step_host``
+        (host time to prepare and issue the step)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         with self._lock:
