@@ -353,7 +353,8 @@ def test_a_request_larger_than_the_memory_budget_is_refused_at_submit():
             sampler.submit(shape=(4, 64, 64), scheduler="DDIMScheduler", seed=0)
 
 
-def test_preemption_parks_a_low_priority_sample_and_resumes_it_exactly():
+@pytest.mark.parametrize("lane", [False, True], ids=["one-lane", "priority-lane"])
+def test_preemption_parks_a_low_priority_sample_and_resumes_it_exactly(lane):
     inner = tiny_unet()
     model = GatedModel(inner, pauses=(3,))  # holds the sampler in the low-priority request's third step
     low = dict(shape=(4, 8, 12), scheduler="UniPCMultistepScheduler", scheduler_config={}, num_inference_steps=8,
@@ -361,7 +362,7 @@ def test_preemption_parks_a_low_priority_sample_and_resumes_it_exactly():
     high = dict(shape=(4, 8, 8), scheduler="DPMSolverMultistepScheduler", scheduler_config={}, num_inference_steps=3,
                 seed=8)
     order = []
-    with torch.no_grad(), od.ContinuousSampler(model, max_batch=1, preempt=True) as sampler:
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=1, preempt=True, priority_lane=lane) as sampler:
         low_future = sampler.submit(**low, priority="low", callback=lambda x: order.append("low"))
         model.wait_paused(3)
         high_future = sampler.submit(**high, priority="high", callback=lambda x: order.append("high"))
@@ -408,18 +409,21 @@ class PickyModel(torch.nn.Module):
         return self.model(x, t, encoder_hidden_states=encoder_hidden_states)
 
 
-def test_bad_conditioning_or_callback_fails_only_its_own_request():
+@pytest.mark.parametrize("lane", [False, True], ids=["one-lane", "priority-lane"])
+def test_bad_conditioning_or_callback_fails_only_its_own_request(lane):
     inner = tiny_conditional_unet()
     g = torch.Generator().manual_seed(3)
     conds = [{"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)} for _ in range(4)]
     conds[1]["encoder_hidden_states"][2, 3] = float("nan")
     requests = [dict(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", scheduler_config={}, num_inference_steps=3,
                      seed=20 + i, conditioning=c) for i, c in enumerate(conds)]
+    if lane:  # the failing request and a good one iterate in the priority lane
+        requests[1]["priority"] = requests[2]["priority"] = "high"
 
     def broken(latents):
         raise RuntimeError("decoder exploded")
 
-    with torch.no_grad(), od.ContinuousSampler(PickyModel(inner), max_batch=4) as sampler:
+    with torch.no_grad(), od.ContinuousSampler(PickyModel(inner), max_batch=4, priority_lane=lane) as sampler:
         futures = [sampler.submit(**r, callback=broken if i == 3 else None) for i, r in enumerate(requests)]
         wrong_dtype = sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", seed=1, num_inference_steps=2,
                                      conditioning={"encoder_hidden_states": torch.zeros(5, 12, dtype=torch.complex64)})
@@ -453,10 +457,11 @@ def test_close_drains_and_leaves_no_thread():
     sampler.close()  # idempotent
 
 
-def test_close_with_cancel_cancels_queued_and_running_requests():
-    model, sampler, blocker = blocked_sampler(max_batch=1)
-    queued = [sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=3, seed=i)
-              for i in range(3)]
+@pytest.mark.parametrize("lane", [False, True], ids=["one-lane", "priority-lane"])
+def test_close_with_cancel_cancels_queued_and_running_requests(lane):
+    model, sampler, blocker = blocked_sampler(max_batch=1, priority_lane=lane)
+    queued = [sampler.submit(shape=(4, 8, 8), scheduler="DDIMScheduler", num_inference_steps=3, seed=i,
+                             priority="high" if i == 1 else "normal") for i in range(3)]
     threading.Timer(0.2, model.release).start()
     with torch.no_grad():
         sampler.close(cancel=True)
