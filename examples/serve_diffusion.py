@@ -211,7 +211,8 @@ def iteration_summary(timings: List[Dict]) -> Dict:
 
 
 def run_server(model: torch.nn.Module, streams: octopus.StreamScheduler, workload: List[Dict], sizes: Sizes,
-               cuda_graphs: bool, priority_batch: Optional[int]) -> Tuple[Served, Dict, Dict]:
+               cuda_graphs: bool, priority_batch: Optional[int],
+               priority_lane: bool = False) -> Tuple[Served, Dict, Dict]:
     """The sampler and the thumbnail Batcher, both leasing from ``streams``: warmed up (a
     short request per shape, untimed), then ``workload`` served from ``sizes.clients``
     threads. Returns what was served, the sampler's counters and iterations over the run,
@@ -220,7 +221,7 @@ def run_server(model: torch.nn.Module, streams: octopus.StreamScheduler, workloa
               for k, (shape, (name, config)) in enumerate(zip(sizes.shapes, itertools.cycle(SAMPLERS)))]
     with diffusion.ContinuousSampler(model, max_batch=sizes.max_batch, stream_scheduler=streams,
                                      cuda_graphs=cuda_graphs, max_graphs=2 * sizes.max_batch * len(sizes.shapes),
-                                     preempt=True, high_priority_batch=priority_batch,
+                                     preempt=True, high_priority_batch=priority_batch, priority_lane=priority_lane,
                                      record_iterations=True) as sampler, \
             octopus.Batcher(lambda batch: thumbnails_of(batch, sizes.thumbnail), max_batch=sizes.max_batch,
                             max_delay=0.002, scheduler=streams, kind="thumbnails") as thumbnails:
@@ -365,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-batch", type=harness.positive_int, default=None,
                    help="cap the batch at this many samples while high-priority requests wait or run, so that their "
                         "iterations stay short (default: no cap)")
+    p.add_argument("--priority-lane", action="store_true",
+                   help="iterate high-priority requests in a lane of their own, concurrently with the others")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="capture every (shape, batch) model call as a CUDA graph before the run and replay them "
                         "(default: on with cuda)")
@@ -415,7 +418,7 @@ def main(argv=None) -> int:
                              steps=sizes.steps)
     with octopus.StreamScheduler(4, backend="cuda" if device.type == "cuda" else "simulated") as streams:
         served, sampler_stats, thumbnail_stats = run_server(model, streams, workload, sizes, args.cuda_graphs,
-                                                            args.priority_batch)
+                                                            args.priority_batch, args.priority_lane)
         lease_stats = streams.stats()
     checks = dict(thumbnails=check_thumbnails(served, sizes.thumbnail))
     if args.check_requests:
@@ -432,7 +435,8 @@ def main(argv=None) -> int:
                 requests=sizes.requests, clients=sizes.clients, rate=sizes.rate, shapes=[list(s) for s in sizes.shapes],
                 steps=list(sizes.steps), samplers=[name for name, _ in SAMPLERS], high_share=args.high_share,
                 high_deadline_s=sizes.high_deadline, max_batch=sizes.max_batch, priority_batch=args.priority_batch,
-                cuda_graphs=args.cuda_graphs, thumbnail=[4, sizes.thumbnail, sizes.thumbnail], seed=args.seed)
+                priority_lane=args.priority_lane, cuda_graphs=args.cuda_graphs,
+                thumbnail=[4, sizes.thumbnail, sizes.thumbnail], seed=args.seed)
 
     print(f"diffusion serving on {harness.describe_device(device)}: {sizes.requests} requests from {sizes.clients} "
           f"client threads at {sizes.rate:g}/s; latents {', '.join('x'.join(map(str, s)) for s in sizes.shapes)}; "
