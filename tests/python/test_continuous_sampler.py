@@ -142,6 +142,27 @@ def test_priority_lane_iterates_high_priority_samples_apart_and_matches_diffuser
         assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
 
 
+def test_lanes_with_preemption_and_a_batch_cap_keep_every_request_exact_float64():
+    """Requests of three priorities arriving in waves, with the priority lane, preemption and a
+    batch cap all on: samples are parked and resumed, move in and out of both lanes' arenas,
+    and each still equals diffusers run alone."""
+    model = tiny_unet()
+    # The first wave low and normal only (they are running when the high-priority ones come).
+    priorities = ["low", "normal"] * 3 + ["high", "low", "normal"] * 4
+    requests = [r | dict(priority=p) for r, p in zip(requests_for(3, 18, max_steps=7), priorities)]
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4, priority_lane=True, preempt=True,
+                                               high_priority_batch=2, record_iterations=True) as sampler:
+        futures = submit_in_waves(sampler, requests, waves=3)
+        results = [f.result(timeout=300) for f in futures]
+        stats = sampler.stats()
+        timings = sampler.iteration_timings()
+    assert stats["completed"] == len(requests) and stats["failed"] == stats["cancelled"] == 0
+    assert stats["parked"] > 0 and {t["lane"] for t in timings} == {"normal", "priority"}
+    assert stats["sample_steps"] == sum(r["num_inference_steps"] for r in requests)
+    for request, result in zip(requests, results):
+        assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
+
+
 def test_a_high_priority_request_queued_behind_a_full_batch_joins_first_in_its_lane():
     """With the lanes sharing max_batch, a high-priority request queued behind a full normal
     lane still gets a place first (admission is by priority), and iterates in its lane."""
