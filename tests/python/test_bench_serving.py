@@ -28,7 +28,8 @@ def test_serving_benchmark_smoke_run_on_cpu(tmp_path):
     assert result["model"]["name"] == "tiny" and result["environment"]["device_type"] == "cpu"
     rows = result["rows"]
     # No graphs on the CPU: octopus-graphs is left out there.
-    modes = ("serial", "static", "step-level", "octopus", "octopus-priority", "octopus-lane", "octopus-lane-priority")
+    modes = ("serial", "static", "step-level", "octopus", "octopus-priority", "octopus-lane", "octopus-lane-priority",
+             "octopus-lane-yield")
     assert {(r["mode"], r["rate"]) for r in rows} == {(m, rate) for m in modes for rate in (60.0, 120.0)}
     for r in rows:
         assert r["completed"] == 10 and not r.get("truncated")
@@ -40,7 +41,8 @@ def test_serving_benchmark_smoke_run_on_cpu(tmp_path):
     serial = next(r for r in rows if r["mode"] == "serial" and not r.get("derived"))
     assert serial["derived_check"]["p99_s"] == pytest.approx(serial["p99_s"], rel=0.5)
     assert any(r["mode"] == "serial" and r.get("derived") for r in rows)
-    assert {r["mode"] for r in result["scenarios"]} == set(modes[1:-3])
+    assert {r["mode"] for r in result["scenarios"]} == set(modes[1:4])
+    assert all(r["sampler"]["normal_lane_paused_s"] >= 0 for r in rows if r["mode"].startswith("octopus"))
     assert os.path.exists(result["plot"])
 
 

@@ -4,6 +4,7 @@ samplers, step counts, guidance and arrival times in one continuously refilled b
 admission (max_batch, memory budget, priority, deadlines, preemption), failure isolation and
 close()."""
 
+import math
 import threading
 import time
 
@@ -99,7 +100,10 @@ def submit_in_waves(sampler, requests, waves=3):
         futures += [sampler.submit(**r) for r in requests[w * per_wave:(w + 1) * per_wave]]
         target = sampler.stats()["iterations"] + 2
         deadline = time.monotonic() + 30
-        while sampler.stats()["iterations"] < target and sampler.stats()["running"] and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            stats = sampler.stats()  # (before its first iteration the wave is still waiting, not running)
+            if stats["iterations"] >= target or not (stats["running"] or stats["waiting"]):
+                break
             time.sleep(0.005)
     return futures
 
@@ -179,6 +183,62 @@ def test_a_high_priority_request_queued_behind_a_full_batch_joins_first_in_its_l
         sampler.close()
     assert high.result().queued_s <= min(f.result().queued_s for f in normal)
     assert sum(t["samples"] for t in timings if t["lane"] == "priority") == 2
+
+
+def lane_sequence(normal_lane_pause):
+    """Two normal requests running when a high-priority one of 4 steps joins; returns the
+    lanes of the iterations in issue order, the stats, and whether every result is exact."""
+    model = tiny_unet()
+    normal = [dict(shape=(4, 8, 8), scheduler="DDIMScheduler", scheduler_config={}, num_inference_steps=20, seed=30 + i)
+              for i in range(2)]
+    high = dict(shape=(4, 8, 12), scheduler="UniPCMultistepScheduler", scheduler_config={}, num_inference_steps=4,
+                seed=40, priority="high")
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4, priority_lane=True, record_iterations=True,
+                                               normal_lane_pause=normal_lane_pause) as sampler:
+        futures = [sampler.submit(**r) for r in normal]
+        deadline = time.monotonic() + 60
+        while sampler.stats()["iterations"] < 2 and time.monotonic() < deadline:  # the normal lane is iterating
+            time.sleep(0.001)
+        futures.append(sampler.submit(**high))
+        results = [f.result(timeout=300) for f in futures]
+        timings, stats = sampler.iteration_timings(), sampler.stats()
+    exact = all(torch.allclose(r.latents, diffusers_alone(model, q, torch.float64), rtol=1e-6, atol=1e-6)
+                for q, r in zip(normal + [high], results))
+    return [t["lane"] for t in timings], stats, exact
+
+
+def test_a_strict_normal_lane_pause_leaves_the_gpu_to_high_priority_requests():
+    lanes, stats, exact = lane_sequence(math.inf)
+    first, last = lanes.index("priority"), len(lanes) - 1 - lanes[::-1].index("priority")
+    assert lanes[first:last + 1] == ["priority"] * 4  # no normal iteration while it runs
+    assert lanes[:first] == ["normal"] * first and first >= 2 and lanes[last + 1:] and set(lanes[last + 1:]) == {
+        "normal"}
+    assert stats["normal_lane_paused_s"] > 0 and exact
+
+
+def test_a_bounded_normal_lane_pause_lets_one_normal_iteration_through_after_each_pause():
+    lanes, stats, exact = lane_sequence(1e-9)  # every pause ends by the next round
+    first, last = lanes.index("priority"), len(lanes) - 1 - lanes[::-1].index("priority")
+    assert lanes[first:last + 1].count("priority") == 4 and "normal" in lanes[first:last + 1]
+    assert stats["normal_lane_paused_s"] > 0 and exact
+
+
+def test_without_a_pause_the_lanes_iterate_side_by_side():
+    lanes, stats, exact = lane_sequence(0.0)
+    first, last = lanes.index("priority"), len(lanes) - 1 - lanes[::-1].index("priority")
+    assert lanes[first:last + 1].count("normal") >= 3  # one per round with the priority lane
+    assert stats["normal_lane_paused_s"] == 0 and exact
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(normal_lane_pause=0.1), "needs priority_lane"),
+    (dict(normal_lane_pause=-1.0, priority_lane=True), "normal_lane_pause"),
+    (dict(normal_lane_pause=float("nan"), priority_lane=True), "normal_lane_pause"),
+    (dict(normal_lane_pause="1", priority_lane=True), "normal_lane_pause"),
+])
+def test_bad_normal_lane_pause_is_refused(options, match):
+    with pytest.raises(ValueError, match=match):
+        od.ContinuousSampler(tiny_unet(), **options)
 
 
 def test_classifier_free_guidance_per_request_float64():
@@ -458,6 +518,30 @@ def test_bad_conditioning_or_callback_fails_only_its_own_request(lane):
             expected = diffusers_alone(inner, requests[i], torch.float64, cond=conds[i])
             assert_matches(futures[i].result(timeout=300).latents, expected, rtol=1e-6)
         assert sampler.stats()["failed"] >= 2
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+def test_each_family_of_graphs_is_captured_on_a_stream_of_its_own():
+    """Graphs that may replay at once (different per-sample shapes) must not share a capture
+    stream (its cuBLAS workspace); batch sizes of one family may; evicted families free theirs."""
+    from octopus.diffusion.model_runner import CapturedCalls
+    calls = CapturedCalls(lambda x, t: x @ x.transpose(-1, -2) + t.view(-1, 1, 1), max_graphs=4,
+                          device=torch.device("cuda"), capture_priority=-1)
+    for shape in [(1, 8, 8), (2, 8, 8), (1, 16, 16), (1, 4, 4)]:
+        x = torch.randn(shape, device="cuda")
+        t = torch.rand(shape[0], device="cuda")
+        for _ in range(3):  # eager, captured, replayed
+            torch.testing.assert_close(calls(x, t, {}), x @ x.transpose(-1, -2) + t.view(-1, 1, 1))
+    streams = calls._capture_streams
+    assert calls.captures == 4 and len(streams) == 3 and not calls.shared_workspaces
+    assert len({s.cuda_stream for s in streams.values()}) == 3
+    assert all(s.priority == torch.cuda.Stream(priority=-1).priority for s in streams.values())
+    for shape in [(1, 5, 5), (1, 6, 6), (1, 7, 7)]:  # max_graphs 4: the first families are dropped
+        x, t = torch.randn(shape, device="cuda"), torch.rand(1, device="cuda")
+        for _ in range(2):
+            calls(x, t, {})
+    assert len(calls._graphs) == 4 and len(streams) == 4  # (1, 4, 4) and the three new ones
 
 
 def test_prepare_graphs_needs_cuda_graphs():

@@ -424,7 +424,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reserved-sms", type=int, nargs="+", default=[8, 16, 32],
                         help="SMs kept from BE work (octopus partitions) / given to the LC (torch green contexts)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the BE work's size")
-    parser.add_argument("--only", default=None, help="run only the modes whose name contains this")
+    parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                        help="run only the modes whose name contains one of these (and the alone modes)")
     args = parser.parse_args(argv)
     if args.iterations < 10 or args.period_ms <= 0 or args.scale <= 0:
         parser.error("--iterations must be at least 10, --period-ms and --scale positive")
@@ -448,7 +449,7 @@ def main(argv=None) -> int:
             runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, warmup_s=0.25,
                             alone_s=1.0)
             for mode in modes(args.rows, args.in_flight, args.reserved_sms, args.elements):
-                if args.only and args.only not in mode.name and "alone" not in mode.name:
+                if args.only and not any(text in mode.name for text in args.only) and "alone" not in mode.name:
                     continue
                 t0 = time.perf_counter()
                 row = runner.run(mode)

@@ -27,8 +27,10 @@ Modes, side by side in one run::
                    requests (``octopus-priority``: ``preempt=True``,
                    ``high_priority_batch=--priority-batch``); with graphs (on a GPU) and
                    high-priority requests in a lane of their own (``octopus-lane``:
-                   ``priority_lane=True``), and that with the latency policy too
-                   (``octopus-lane-priority``)
+                   ``priority_lane=True``), that with the latency policy too
+                   (``octopus-lane-priority``), and the lane with the other samples pausing
+                   while it has samples (``octopus-lane-yield``: ``normal_lane_pause=``
+                   ``--normal-lane-pause``, strict priority by default, and ``preempt=True``)
 
 Reported per mode and rate: throughput (images/s), latency p50/p99 (overall and high
 priority; wall time from arrival to completion), the share of iteration time spent in the
@@ -76,7 +78,7 @@ MODELS = {
                  up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=4, attention_head_dim=8),
 }
 MODES = ("serial", "static", "step-level", "octopus", "octopus-graphs", "octopus-priority", "octopus-lane",
-         "octopus-lane-priority")
+         "octopus-lane-priority", "octopus-lane-yield")
 
 
 def make_model(name: str, device: torch.device, dtype: torch.dtype):
@@ -376,8 +378,10 @@ class OctopusServer:
             self.sampler.prepare_graphs(shapes, range(1, self.options["max_batch"] + 1),
                                         priority_batch_sizes=range(1, self.priority_batch + 1))
 
-    def run(self, workload, timeout: float, preempt: bool = False, high_priority_batch: int | None = None) -> dict:
+    def run(self, workload, timeout: float, preempt: bool = False, high_priority_batch: int | None = None,
+            normal_lane_pause: float = 0.0) -> dict:
         self.sampler.preempt, self.sampler.high_priority_batch = preempt, high_priority_batch
+        self.sampler.normal_lane_pause = normal_lane_pause
         completions: Dict[int, float] = {}
         start = time.perf_counter()
         self.sampler.iteration_timings()  # drop what earlier runs recorded
@@ -392,7 +396,8 @@ class OctopusServer:
             futures.append(future)
         concurrent.futures.wait(futures, timeout=max(0.0, timeout - (time.perf_counter() - start)))
         timings = self.sampler.iteration_timings()
-        stats = {k: v - before.get(k, 0) if isinstance(v, int) else v for k, v in self.sampler.stats().items()}
+        stats = {k: v - before.get(k, 0) if isinstance(v, (int, float)) else v
+                 for k, v in self.sampler.stats().items()}
         if len(completions) < len(workload):  # cut short: start afresh for the next run
             self.sampler.close(cancel=True)
             self.sampler = od.ContinuousSampler(self.model, **self.options)
@@ -458,6 +463,8 @@ def run_mode(mode: str, model, workload, args, device, dtype, servers: dict) -> 
         "octopus-lane": lambda: servers["octopus-lane"].run(workload, args.run_timeout),
         "octopus-lane-priority": lambda: servers["octopus-lane"].run(
             workload, args.run_timeout, preempt=True, high_priority_batch=args.priority_batch),
+        "octopus-lane-yield": lambda: servers["octopus-lane"].run(
+            workload, args.run_timeout, preempt=True, normal_lane_pause=args.normal_lane_pause),
     }
     with GpuUtilization(device) as utilization:
         wall = time.perf_counter()
@@ -476,7 +483,7 @@ def run(args) -> dict:
     # octopus-priority runs on the graphs' sampler (or, without graphs, the eager one).
     wanted = set(args.modes) | ({"octopus-graphs" if device.type == "cuda" else "octopus"}
                                 if "octopus-priority" in args.modes else set()) | (
-        {"octopus-lane"} if "octopus-lane-priority" in args.modes else set())
+        {"octopus-lane"} if {"octopus-lane-priority", "octopus-lane-yield"} & set(args.modes) else set())
     servers = {mode: OctopusServer(model, device, dtype, args.max_batch,
                                   mode == "octopus-graphs" or (mode == "octopus-lane" and device.type == "cuda"),
                                   len(args.shapes), args.max_in_flight, priority_lane=mode == "octopus-lane",
@@ -523,7 +530,7 @@ def _run(args, device, dtype, model, servers) -> dict:
                                shapes=[args.shapes[-1]], samplers=[SAMPLERS[0]], steps=(args.steps[1], args.steps[1]))
         # No high-priority requests here: octopus-priority would be octopus-graphs again.
         for mode in (m for m in args.modes if m not in ("serial", "octopus-priority", "octopus-lane",
-                                                        "octopus-lane-priority")):
+                                                        "octopus-lane-priority", "octopus-lane-yield")):
             print(f"single shape: {mode}", file=sys.stderr)
             row = run_mode(mode, model, single, args, device, dtype, servers)
             row.update(rate=max(args.rates), scenario="single")
@@ -602,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-batch", type=int, default=8,
                    help="octopus-priority: the batch cap while high-priority requests run; octopus-lane: "
                         "the priority lane's batch sizes captured up front")
+    p.add_argument("--normal-lane-pause", type=float, default=math.inf,
+                   help="octopus-lane-yield: seconds the other samples pause at a time while high-priority "
+                        "ones run (default: inf, strict priority)")
     p.add_argument("--high-share", type=float, default=0.1)
     p.add_argument("--max-in-flight", type=int, default=2,
                    help="(d): iterations the sampler issues ahead of the GPU (ContinuousSampler's max_in_flight)")

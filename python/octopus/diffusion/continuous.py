@@ -10,7 +10,9 @@ state). Samples whose last step is done leave; their futures resolve on a finish
 
 With ``priority_lane``, high-priority samples iterate in a lane of their own (its own packed
 batch, step and streams), issued before and concurrently with the others' iterations, so that
-they never wait for the other samples' model calls.
+they never wait for the other samples' model calls; with ``normal_lane_pause`` the other
+samples' iterations also wait (for at most that long at a time) while the priority lane has
+samples, so that high-priority requests have the GPU as if alone.
 """
 
 from __future__ import annotations
@@ -132,13 +134,20 @@ class ContinuousSampler:
         priority_lane: samples of priority "high" (or higher) iterate in a lane of their own:
             their own packed batch and fused step, on high-priority streams, issued first and
             concurrently with the other samples' iterations (their CUDA graphs are captured on
-            a stream of their own). ``max_batch`` counts the samples of both lanes.
+            high-priority streams). ``max_batch`` counts the samples of both lanes.
+        normal_lane_pause: with ``priority_lane``: while the priority lane has samples, the
+            normal lane issues no iteration for up to this many seconds, then one, then
+            pauses again (its samples keep their places and state). 0 (the default): the
+            lanes iterate side by side, sharing the GPU; ``math.inf``: strict priority (the
+            normal lane waits as long as high-priority requests keep coming). The normal
+            lane's iterations already on the GPU (at most ``max_in_flight``) still finish
+            first. Time paused: ``stats()["normal_lane_paused_s"]``.
         record_iterations: keep per-iteration timings (:meth:`iteration_timings`).
 
     Requests (:meth:`submit`) get a :class:`concurrent.futures.Future` of a
     :class:`SampleResult`. :meth:`close` drains (or cancels) and stops the threads.
-    ``memory_budget``, ``preempt`` and ``high_priority_batch`` are attributes read at every
-    iteration; they may be changed while the sampler runs (``max_batch`` may not).
+    ``memory_budget``, ``preempt``, ``high_priority_batch`` and ``normal_lane_pause`` are
+    attributes read at every iteration; they may be changed while the sampler runs (``max_batch`` may not).
     """
 
     def __init__(self, model: Callable[..., Any], *, max_batch: int = 32, device: torch.device | str | None = None,
@@ -146,7 +155,7 @@ class ContinuousSampler:
                  model_bytes_per_element: float = 0.0, stream_scheduler: StreamScheduler | None = None,
                  cuda_graphs: bool = False, max_graphs: int = 64, preempt: bool = False,
                  high_priority_batch: int | None = None, max_in_flight: int = 2, priority_lane: bool = False,
-                 record_iterations: bool = False):
+                 normal_lane_pause: float = 0.0, record_iterations: bool = False):
         if not callable(model):
             raise TypeError("model must be callable")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
@@ -155,6 +164,12 @@ class ContinuousSampler:
             raise ValueError(f"high_priority_batch must be a positive int or None, got {high_priority_batch!r}")
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+        if isinstance(normal_lane_pause, bool) or not isinstance(normal_lane_pause, (int, float)) or not (
+                normal_lane_pause >= 0):
+            raise ValueError(f"normal_lane_pause must be a non-negative number of seconds, got {normal_lane_pause!r}")
+        if normal_lane_pause > 0 and not priority_lane:
+            raise ValueError("normal_lane_pause needs priority_lane=True (it pauses the lane that is not the "
+                             "priority lane)")
         if memory_budget is not None and memory_budget <= 0:
             raise ValueError(f"memory_budget must be positive bytes or None, got {memory_budget!r}")
         if model_bytes_per_element < 0:
@@ -178,16 +193,17 @@ class ContinuousSampler:
         on_cuda = self.device.type == "cuda"
 
         def lane(priority: int) -> _Lane:
-            own_capture = on_cuda and cuda_graphs and priority != 0  # the normal lane: torch's capture stream
-            capture = torch.cuda.Stream(self.device, priority=priority) if own_capture else None
             return _Lane(LatentArena(self.device, self.dtype),
-                         ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs, capture),
+                         ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs, priority),
                          torch.cuda.Stream(self.device, priority=priority) if on_cuda else None,
                          list(range(max_batch - 1, -1, -1)))
 
         # The normal lane, then (with priority_lane) the priority lane on high-priority streams.
         self._lanes = [lane(0)] + ([lane(-1)] if priority_lane else [])
         self.priority_lane = bool(priority_lane)
+        self.normal_lane_pause = float(normal_lane_pause)
+        self._paused_since: float | None = None  # when the normal lane's current pause began
+        self._paused_s = 0.0
         self._active: list[_Running] = []
         self._queue: AdmissionQueue[_Running] = AdmissionQueue()
         self._lock = threading.Lock()
@@ -263,10 +279,12 @@ class ContinuousSampler:
     def stats(self) -> dict[str, Any]:
         """Counters (submitted, completed, failed, cancelled, expired, parked, iterations,
         sample_steps: samples stepped over all iterations), the requests waiting and running
-        now, and the CUDA graphs captured."""
+        now, the CUDA graphs captured, and ``normal_lane_paused_s``: seconds the normal lane
+        waited for the priority lane (``normal_lane_pause``; pauses that ended)."""
         with self._lock:
-            out = dict(self._counts)
+            out: dict[str, Any] = dict(self._counts)
             out["waiting"] = len(self._inbox) + len(self._queue)
+            out["normal_lane_paused_s"] = self._paused_s
         out["running"] = len(self._active)
         out["graphs_captured"] = sum(lane.runner.graphs.captures for lane in self._lanes
                                      if lane.runner.graphs is not None)
@@ -366,6 +384,8 @@ class ContinuousSampler:
                        "expired")
         self._admit()
         busy = [lane for lane in reversed(self._lanes) if any(m.lane is lane for m in self._active)]
+        if self._normal_lane_waits(len(busy) > 1):  # both lanes have samples
+            busy.remove(self._lanes[0])
         issued = False
         for lane in busy:
             if lane.ready(self.max_in_flight):
@@ -374,6 +394,28 @@ class ContinuousSampler:
                 issued = True
         if busy and not issued:  # every busy lane has max_in_flight iterations on the GPU
             busy[0].in_flight.popleft().synchronize()  # GIL released; the priority lane's first
+
+    def _normal_lane_waits(self, both_busy: bool) -> bool:
+        """Whether the normal lane skips this round for the priority lane: while both lanes
+        have samples, for up to ``normal_lane_pause`` s at a time (then it issues one iteration
+        and the next pause begins)."""
+        now = time.monotonic()
+        if not both_busy or self.normal_lane_pause <= 0:
+            if self._paused_since is not None:
+                self._add_pause(now)
+                self._paused_since = None
+            return False
+        if self._paused_since is None:
+            self._paused_since = now
+        if now - self._paused_since < self.normal_lane_pause:
+            return True
+        self._add_pause(now)
+        self._paused_since = now
+        return False
+
+    def _add_pause(self, now: float) -> None:
+        with self._lock:
+            self._paused_s += now - cast(float, self._paused_since)
 
     def _iterate_lane(self, lane: _Lane) -> None:
         if lane.changed:

@@ -5,9 +5,8 @@ Each group's call scales its inputs where the sampler needs it (Euler's
 unconditional halves appended), runs the model, combines ``uncond + scale * (cond - uncond)``
 per sample with its own scale, and writes the result into the arena's model-output region.
 On CUDA the groups run concurrently on streams leased from a :class:`~octopus.StreamScheduler`
-(higher-priority groups first, on high-priority streams), or, as CUDA graphs captured per
-(input shape, batch), one after another on one leased stream (see ``_leased_stream``); on the
-CPU they run one after another.
+(higher-priority groups first, on high-priority streams), eagerly or as CUDA graphs captured
+per (input shape, batch) (see :class:`CapturedCalls`); on the CPU they run one after another.
 
 A call that raises is retried one sample at a time, so that one request's bad conditioning
 fails only that request.
@@ -62,16 +61,23 @@ class CapturedCalls:
     """CUDA graphs of a model, one per (input shapes, dtypes): a key's first call runs eagerly
     (its warm-up), its second is captured, later ones replay. At most ``max_graphs`` are
     kept (the least recently used is dropped); a key whose capture fails runs eagerly.
-    ``capture_stream``: where they are captured (None: torch's default capture stream). Graphs
-    captured on one stream share its cuBLAS workspace: graphs that may replay at the same time
-    need different capture streams."""
 
-    def __init__(self, model: Callable[..., Any], max_graphs: int,
-                 capture_stream: Optional[torch.cuda.Stream] = None):
-        self.model, self.max_graphs, self.capture_stream = model, max_graphs, capture_stream
+    A graph bakes in the cuBLAS workspace of the stream it was captured on, so two graphs
+    captured on one stream must never replay at the same time (two such replays corrupted
+    each other's split-K state and hung float32 models on an H100, torch 2.11). The groups of
+    one iteration replay concurrently and have different per-sample shapes, so each family
+    of keys (the key without its batch sizes) is captured on a stream of its own, of
+    ``capture_priority`` (kernel nodes keep the priority of the stream they were captured
+    on). ``shared_workspaces`` turns True if torch's stream pool (32 streams per priority)
+    ran out of distinct streams for the families alive: then replays must not overlap."""
+
+    def __init__(self, model: Callable[..., Any], max_graphs: int, device: torch.device, capture_priority: int = 0):
+        self.model, self.max_graphs, self.device, self.capture_priority = model, max_graphs, device, capture_priority
         self._graphs: collections.OrderedDict[Tuple[Any, ...], _Captured] = collections.OrderedDict()
         self._seen: set[Tuple[Any, ...]] = set()
         self._eager_only: set[Tuple[Any, ...]] = set()
+        self._capture_streams: Dict[Tuple[Any, ...], torch.cuda.Stream] = {}
+        self.shared_workspaces = False
         self.captures = 0
 
     def __call__(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -101,7 +107,7 @@ class CapturedCalls:
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: the sampler's finishing thread may use CUDA meanwhile.
-            with torch.cuda.graph(graph, stream=self.capture_stream, capture_error_mode="thread_local"):
+            with torch.cuda.graph(graph, stream=self._capture_stream(_family(key)), capture_error_mode="thread_local"):
                 static_out = model_output_of(self.model(static_x, static_t, **static_kwargs))
         except Exception:  # noqa: BLE001 (a model that cannot be captured runs eagerly)
             self._eager_only.add(key)
@@ -109,8 +115,31 @@ class CapturedCalls:
         self.captures += 1
         self._graphs[key] = (graph, static_x, static_t, static_kwargs, static_out)
         while len(self._graphs) > self.max_graphs:
-            self._graphs.popitem(last=False)
+            dropped, _ = self._graphs.popitem(last=False)
+            family = _family(dropped)
+            if not any(_family(k) == family for k in self._graphs):
+                del self._capture_streams[family]
         return self._graphs[key]
+
+    def _capture_stream(self, family: Tuple[Any, ...]) -> torch.cuda.Stream:
+        """The family's capture stream: one of torch's pool that no other live family uses."""
+        if family not in self._capture_streams:
+            taken = {s.cuda_stream for s in self._capture_streams.values()}
+            for _ in range(33):  # the pool hands its 32 streams round-robin
+                stream = torch.cuda.Stream(self.device, priority=self.capture_priority)
+                if stream.cuda_stream not in taken:
+                    break
+            else:
+                self.shared_workspaces = True
+            self._capture_streams[family] = stream
+        return self._capture_streams[family]
+
+
+def _family(key: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """A CapturedCalls key without its batch sizes: (per-sample input shape, dtype, keyword
+    names, per-sample shapes and dtypes)."""
+    x_shape, dtype, _, kwargs = key
+    return (x_shape[1:], dtype, tuple((k, shape[1:], kind) for k, shape, kind in kwargs))
 
 
 class ModelRunner:
@@ -118,13 +147,13 @@ class ModelRunner:
 
     def __init__(self, model: Callable[..., Any], device: torch.device,
                  stream_scheduler: Optional[StreamScheduler] = None, cuda_graphs: bool = False, max_graphs: int = 64,
-                 capture_stream: Optional[torch.cuda.Stream] = None):
+                 capture_priority: int = 0):
         if cuda_graphs and device.type != "cuda":
             raise ValueError("cuda_graphs needs a CUDA device")
         self.device = device
         self.model = model
         self.streams = stream_scheduler if device.type == "cuda" else None
-        self.graphs = CapturedCalls(model, max_graphs, capture_stream) if cuda_graphs else None
+        self.graphs = CapturedCalls(model, max_graphs, device, capture_priority) if cuda_graphs else None
 
     def plans(self, arena: LatentArena, conditioning: Callable[[Any], Tuple[Any, ...]]) -> list[GroupCall]:
         """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale)."""
@@ -171,17 +200,15 @@ class ModelRunner:
     def _leased_stream(self, streams: StreamScheduler, plan: GroupCall, leases: list[Lease]) -> torch.cuda.Stream:
         """A stream of its own for the group where the scheduler has one; else the first
         group's (holding every lease until all groups are issued keeps their streams apart).
-        With CUDA graphs every group runs on the first group's stream: graphs captured on one
-        stream share that stream's cuBLAS workspace (its address is baked into each graph),
-        and two of them replayed at once on different streams corrupted each other's split-K
-        state: float32 models hung the GPU (H100, torch 2.11). (The leases are CUDA leases:
-        their streams are never None.)"""
+        Graphs whose capture streams could not be kept apart all replay on the first group's
+        stream (see :class:`CapturedCalls`). (The leases are CUDA leases: their streams are
+        never None.)"""
         shape = (plan.group.size, *plan.group.shape)
         if not leases:
             leases.append(streams.acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device,
                                           timeout=None))
             return cast(torch.cuda.Stream, leases[0].stream)
-        if self.graphs is not None:
+        if self.graphs is not None and self.graphs.shared_workspaces:
             return cast(torch.cuda.Stream, leases[0].stream)
         lease = streams.try_acquire(LEASE_KIND, shape, priority=plan.priority, device=self.device)
         if lease is None:
