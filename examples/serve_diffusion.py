@@ -44,6 +44,7 @@ import argparse
 import concurrent.futures
 import copy
 import itertools
+import math
 import os
 import statistics
 import sys
@@ -69,7 +70,7 @@ THUMBNAIL_EPS = 1e-5         # added to each channel's standard deviation
 THUMBNAILS_CHECKED = 8
 PRIORITIES = ("high", "normal")
 SAMPLER_COUNTERS = ("submitted", "completed", "failed", "cancelled", "expired", "parked", "iterations", "sample_steps",
-                    "graphs_captured")
+                    "graphs_captured", "normal_lane_paused_s")
 
 Shape = Tuple[int, ...]
 
@@ -212,7 +213,7 @@ def iteration_summary(timings: List[Dict]) -> Dict:
 
 def run_server(model: torch.nn.Module, streams: octopus.StreamScheduler, workload: List[Dict], sizes: Sizes,
                cuda_graphs: bool, priority_batch: Optional[int],
-               priority_lane: bool = False) -> Tuple[Served, Dict, Dict]:
+               priority_lane: bool = False, strict_priority: bool = False) -> Tuple[Served, Dict, Dict]:
     """The sampler and the thumbnail Batcher, both leasing from ``streams``: warmed up (a
     short request per shape, untimed), then ``workload`` served from ``sizes.clients``
     threads. Returns what was served, the sampler's counters and iterations over the run,
@@ -221,7 +222,9 @@ def run_server(model: torch.nn.Module, streams: octopus.StreamScheduler, workloa
               for k, (shape, (name, config)) in enumerate(zip(sizes.shapes, itertools.cycle(SAMPLERS)))]
     with diffusion.ContinuousSampler(model, max_batch=sizes.max_batch, stream_scheduler=streams,
                                      cuda_graphs=cuda_graphs, max_graphs=2 * sizes.max_batch * len(sizes.shapes),
-                                     preempt=True, high_priority_batch=priority_batch, priority_lane=priority_lane,
+                                     preempt=True, high_priority_batch=priority_batch,
+                                     priority_lane=priority_lane or strict_priority,
+                                     normal_lane_pause=math.inf if strict_priority else 0.0,
                                      record_iterations=True) as sampler, \
             octopus.Batcher(lambda batch: thumbnails_of(batch, sizes.thumbnail), max_batch=sizes.max_batch,
                             max_delay=0.002, scheduler=streams, kind="thumbnails") as thumbnails:
@@ -368,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "iterations stay short (default: no cap)")
     p.add_argument("--priority-lane", action="store_true",
                    help="iterate high-priority requests in a lane of their own, concurrently with the others")
+    p.add_argument("--strict-priority", action="store_true",
+                   help="the priority lane, and the other requests' iterations paused while it has samples "
+                        "(normal_lane_pause=inf): high-priority requests get the GPU as if alone")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="capture every (shape, batch) model call as a CUDA graph before the run and replay them "
                         "(default: on with cuda)")
@@ -418,7 +424,8 @@ def main(argv=None) -> int:
                              steps=sizes.steps)
     with octopus.StreamScheduler(4, backend="cuda" if device.type == "cuda" else "simulated") as streams:
         served, sampler_stats, thumbnail_stats = run_server(model, streams, workload, sizes, args.cuda_graphs,
-                                                            args.priority_batch, args.priority_lane)
+                                                            args.priority_batch, args.priority_lane,
+                                                            args.strict_priority)
         lease_stats = streams.stats()
     checks = dict(thumbnails=check_thumbnails(served, sizes.thumbnail))
     if args.check_requests:
@@ -435,7 +442,8 @@ def main(argv=None) -> int:
                 requests=sizes.requests, clients=sizes.clients, rate=sizes.rate, shapes=[list(s) for s in sizes.shapes],
                 steps=list(sizes.steps), samplers=[name for name, _ in SAMPLERS], high_share=args.high_share,
                 high_deadline_s=sizes.high_deadline, max_batch=sizes.max_batch, priority_batch=args.priority_batch,
-                priority_lane=args.priority_lane, cuda_graphs=args.cuda_graphs,
+                priority_lane=args.priority_lane or args.strict_priority, strict_priority=args.strict_priority,
+                cuda_graphs=args.cuda_graphs,
                 thumbnail=[4, sizes.thumbnail, sizes.thumbnail], seed=args.seed)
 
     print(f"diffusion serving on {harness.describe_device(device)}: {sizes.requests} requests from {sizes.clients} "

@@ -293,6 +293,16 @@ def test_serve_diffusion_end_to_end(tmp_path):
 
 
 @needs_diffusers
+@needs_diffusers
+def test_serve_diffusion_with_strict_priority(tmp_path):
+    run_example("serve_diffusion.py", tmp_path, "--strict-priority", "--check-requests", "0",
+                "--json", str(tmp_path / "s.json"))
+    result = json.loads((tmp_path / "s.json").read_text())
+    assert result["data"]["strict_priority"] and result["data"]["priority_lane"]
+    assert result["sampler"]["completed"] == 16 and result["sampler"]["normal_lane_paused_s"] >= 0
+    assert result["stream_scheduler"]["active"] == 0
+
+
 def test_serve_diffusion_check_tells_wrong_latents():
     """The float64 cross-check against diffusers passes the right latents and rejects
     latents one step short or of another request's seed."""

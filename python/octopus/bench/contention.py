@@ -424,11 +424,14 @@ def main(argv=None) -> int:
     parser.add_argument("--reserved-sms", type=int, nargs="+", default=[8, 16, 32],
                         help="SMs kept from BE work (octopus partitions) / given to the LC (torch green contexts)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the BE work's size")
+    parser.add_argument("--switch-interval", type=float, default=1e-4,
+                        help="sys.setswitchinterval while the modes run (s): how long the LC thread may wait for "
+                             "the GIL before it asks the BE thread to drop it")
     parser.add_argument("--only", nargs="+", default=None, metavar="TEXT",
                         help="run only the modes whose name contains one of these (and the alone modes)")
     args = parser.parse_args(argv)
-    if args.iterations < 10 or args.period_ms <= 0 or args.scale <= 0:
-        parser.error("--iterations must be at least 10, --period-ms and --scale positive")
+    if args.iterations < 10 or args.period_ms <= 0 or args.scale <= 0 or args.switch_interval <= 0:
+        parser.error("--iterations must be at least 10, --period-ms, --scale and --switch-interval positive")
 
     overhead = [lease_overhead("simulated")]
     checkpoints = [checkpoint_cost("simulated")]
@@ -444,7 +447,7 @@ def main(argv=None) -> int:
         batching.insert(0, batcher_overhead("cuda"))
         torch.backends.cuda.matmul.allow_tf32 = True
         # The LC thread must get the GIL back promptly when its synchronization returns.
-        sys.setswitchinterval(1e-4)
+        sys.setswitchinterval(args.switch_interval)
         try:
             runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, warmup_s=0.25,
                             alone_s=1.0)
@@ -479,6 +482,7 @@ def main(argv=None) -> int:
         result = dict(environment=environment(device), target=dict(lc_p99_over_alone=TARGET_P99_RATIO,
                                                                    be_share=TARGET_BE_SHARE),
                       lc_alone_p50_ms=alone_ms, lc_alone_p99_ms=alone_p99_ms, be_alone_units_per_s=be_alone, period_ms=args.period_ms,
+                      switch_interval_s=args.switch_interval,
                       iterations=args.iterations, modes=rows, lease_overhead=overhead, checkpoint=checkpoints,
                       batcher=batching)
         with open(args.json, "w") as f:

@@ -40,6 +40,7 @@ from .rows import RowTables, SamplerRow, fused_step, to_device
 from .schedulers import _BatchedScheduler
 
 HIGH_PRIORITY = 1  # "high" (StreamScheduler's scale): what high_priority_batch protects
+GPU_POLL_S = 2e-4  # how often a sampling thread waiting for the GPU checks it
 _OPEN: "weakref.WeakSet[ContinuousSampler]" = weakref.WeakSet()
 
 
@@ -393,7 +394,16 @@ class ContinuousSampler:
                     self._iterate_lane(lane)
                 issued = True
         if busy and not issued:  # every busy lane has max_in_flight iterations on the GPU
-            busy[0].in_flight.popleft().synchronize()  # GIL released; the priority lane's first
+            self._wait_for_gpu(busy[0].in_flight[0])  # the priority lane's first
+
+    def _wait_for_gpu(self, event: torch.cuda.Event) -> None:
+        """Until the iteration behind ``event`` finishes on the GPU, or a request arrives (it
+        is admitted, and a high-priority one issued, without waiting for the iteration)."""
+        while not event.query():
+            with self._lock:
+                if self._inbox or self._closing:
+                    return
+                self._wakeup.wait(GPU_POLL_S)  # submit() notifies at once
 
     def _normal_lane_waits(self, both_busy: bool) -> bool:
         """Whether the normal lane skips this round for the priority lane: while both lanes
