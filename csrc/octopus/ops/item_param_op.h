@@ -78,7 +78,7 @@ struct ItemParamOp {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) r.v[k] = static_cast<out_t>(Fn::apply(static_cast<acc_t>(x.v[k]), it.scale, it.bias));
     }
-    *reinterpret_cast<OutVec*>(out + g) = r;
+    store_vec(out + g, r);
   }
 
   // One element at any position.

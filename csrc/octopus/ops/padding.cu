@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(cuda::kThreads) to_padded_kernel(const T* __re
 #pragma unroll
       for (int u = 0; u < kPadUnroll; ++u) {
         const int64_t e = base + u * 32 * V;
-        if (e < a1) *reinterpret_cast<Vec<T, V>*>(slot + e) = v[u];
+        if (e < a1) store_vec(slot + e, v[u]);
       }
     }
   }

@@ -59,7 +59,11 @@ struct FromPaddedOp {
     const int64_t o = offsets[i];
     it.begin = o < 0 ? 0 : (o > num_values ? num_values : o);
     it.base = i * slot.numel;
-    for (int k = 0; k < slot.dims; ++k) it.extent[k] = item_extent(sizes, i, slot.dims, k);
+    // Constant indices (a runtime bound would put extent[] in local memory on the GPU).
+#pragma unroll
+    for (int k = 0; k < kMaxItemDims; ++k) {
+      if (k < slot.dims) it.extent[k] = item_extent(sizes, i, slot.dims, k);
+    }
     return it;
   }
 
@@ -78,7 +82,7 @@ struct FromPaddedOp {
         coord[d] = 0;
       }
     }
-    *reinterpret_cast<InVec*>(out + g) = r;
+    store_vec(out + g, r);
   }
 
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
@@ -93,31 +97,42 @@ struct FromPaddedOp {
   // coalesced stores). A cursor holds the lane's place in the item — column x of a row and
   // that row's start in the slot — and steps by 32 elements with additions (a row change
   // carries into the outer coordinates): no division per element. 32-bit columns where the
-  // rows allow them.
+  // rows allow them. The item's number of dimensions is a template argument: with a runtime
+  // count the coordinates were indexed by a variable and lived in local memory, the
+  // cursor's carries with them (a 224-byte stack frame).
   static constexpr int kGather = 16;
 
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
-    const int64_t width = it.extent[slot.dims - 1];
-    if (width < (int64_t{1} << 31) - 64 && slot.extent[slot.dims - 1] < (int64_t{1} << 31)) {
-      gather_run<uint32_t>(it, g0, g1, lane);
-    } else {
-      gather_run<int64_t>(it, g0, g1, lane);
+    switch (slot.dims) {
+      case 1: return segment_of<1>(it, g0, g1, lane);
+      case 2: return segment_of<2>(it, g0, g1, lane);
+      case 3: return segment_of<3>(it, g0, g1, lane);
+      default: return segment_of<4>(it, g0, g1, lane);
     }
   }
 
-  template <typename Column>
+  template <int kDims>
+  __device__ void segment_of(const Item& it, int64_t g0, int64_t g1, int lane) const {
+    const int64_t width = it.extent[kDims - 1];
+    if (width < (int64_t{1} << 31) - 64 && slot.extent[kDims - 1] < (int64_t{1} << 31)) {
+      gather_run<uint32_t, kDims>(it, g0, g1, lane);
+    } else {
+      gather_run<int64_t, kDims>(it, g0, g1, lane);
+    }
+  }
+
+  template <typename Column, int kDims>
   __device__ void gather_run(const Item& it, int64_t g0, int64_t g1, int lane) const {
     if (g0 + lane >= g1) return;
-    const int inner = slot.dims - 1;
+    constexpr int inner = kDims - 1;
     const Column width = static_cast<Column>(it.extent[inner]), slot_width = static_cast<Column>(slot.extent[inner]);
-    int64_t coord[kMaxItemDims];
-    coordinates(it, g0 + lane - it.begin, coord);
+    int64_t coord[kDims];
+    coordinates<kDims>(it, g0 + lane - it.begin, coord);
     Column x = static_cast<Column>(coord[inner]);
     const T* row = padded + it.base;  // the slot's row holding the cursor's row
     bool row_in_slot = true;          // false where an outer coordinate is past the slot
 #pragma unroll
-    for (int d = 0; d < kMaxItemDims - 1; ++d) {
-      if (d >= inner) break;
+    for (int d = 0; d < inner; ++d) {
       row += coord[d] * slot.stride[d];
       row_in_slot = row_in_slot && coord[d] < slot.extent[d];
     }
@@ -130,8 +145,7 @@ struct FromPaddedOp {
         while (x >= width) {  // into the next row: carry into the outer coordinates
           x -= width;
 #pragma unroll
-          for (int d = kMaxItemDims - 2; d >= 0; --d) {
-            if (d >= inner) continue;
+          for (int d = inner - 1; d >= 0; --d) {
             ++coord[d];
             row += slot.stride[d];
             if (coord[d] < it.extent[d] || d == 0) break;
@@ -140,9 +154,7 @@ struct FromPaddedOp {
           }
           row_in_slot = true;
 #pragma unroll
-          for (int d = 0; d < kMaxItemDims - 1; ++d) {
-            if (d < inner) row_in_slot = row_in_slot && coord[d] < slot.extent[d];
-          }
+          for (int d = 0; d < inner; ++d) row_in_slot = row_in_slot && coord[d] < slot.extent[d];
         }
       }
 #pragma unroll
@@ -154,10 +166,12 @@ struct FromPaddedOp {
 #endif
 
  private:
-  // (Loops over kMaxItemDims with fixed indices keep coord[] in registers.)
+  // The coordinates of the item's element `local`, for kDims dimensions where the caller
+  // knows them (fixed indices keep coord[] in registers).
+  template <int kDims = kMaxItemDims>
   OCTOPUS_HD void coordinates(const Item& it, int64_t local, int64_t* coord) const {
 #pragma unroll
-    for (int d = kMaxItemDims - 1; d >= 0; --d) {
+    for (int d = kDims - 1; d >= 0; --d) {
       if (d >= slot.dims) continue;
       const int64_t e = it.extent[d];
       const int64_t q = (local >> 31) == 0 && (e >> 31) == 0

@@ -349,12 +349,12 @@ struct SamplerStepOp {
       x0v.v[k] = static_cast<scalar_t>(x0);
       xsv.v[k] = static_cast<scalar_t>(xs);
     }
-    *reinterpret_cast<V*>(prev_sample + g) = prev;
-    if (pred_x0 != nullptr) *reinterpret_cast<V*>(pred_x0 + g) = x0v;
+    store_vec(prev_sample + g, prev);
+    if (pred_x0 != nullptr) store_vec(pred_x0 + g, x0v);
     if (it.skip) return;
-    if (reads_history2()) *reinterpret_cast<V*>(history2 + g) = v.h;
-    if (reads_history()) *reinterpret_cast<V*>(history + g) = x0v;
-    if (reads_last_sample()) *reinterpret_cast<V*>(last_sample + g) = xsv;
+    if (reads_history2()) store_vec(history2 + g, v.h);
+    if (reads_history()) store_vec(history + g, x0v);
+    if (reads_last_sample()) store_vec(last_sample + g, xsv);
   }
 
   OCTOPUS_HD void one(const Item& it, int64_t g) const {
