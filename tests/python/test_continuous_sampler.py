@@ -543,6 +543,15 @@ def test_each_family_of_graphs_is_captured_on_a_stream_of_its_own():
         for _ in range(2):
             calls(x, t, {})
     assert len(calls._graphs) == 4 and len(streams) == 4  # (1, 4, 4) and the three new ones
+    # Another sampler's graphs (same shapes) get streams of their own too, while these live.
+    other = CapturedCalls(lambda x, t: x + t.view(-1, 1, 1), max_graphs=4, device=torch.device("cuda"),
+                          capture_priority=-1)
+    for shape in [(1, 5, 5), (1, 6, 6), (1, 7, 7)]:
+        x, t = torch.randn(shape, device="cuda"), torch.rand(1, device="cuda")
+        for _ in range(2):
+            other(x, t, {})
+    mine = {s.cuda_stream for s in streams.values()}
+    assert len(mine | {s.cuda_stream for s in other._capture_streams.values()}) == 7
 
 
 def test_prepare_graphs_needs_cuda_graphs():

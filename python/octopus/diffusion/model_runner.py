@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import threading
+import weakref
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
@@ -68,8 +70,9 @@ class CapturedCalls:
     one iteration replay concurrently and have different per-sample shapes, so each family
     of keys (the key without its batch sizes) is captured on a stream of its own, of
     ``capture_priority`` (kernel nodes keep the priority of the stream they were captured
-    on). ``shared_workspaces`` turns True if torch's stream pool (32 streams per priority)
-    ran out of distinct streams for the families alive: then replays must not overlap."""
+    on), one that no live family of any sampler in the process uses. ``shared_workspaces``
+    turns True if torch's stream pool (32 streams per priority) ran out of such streams: then
+    replays must not overlap."""
 
     def __init__(self, model: Callable[..., Any], max_graphs: int, device: torch.device, capture_priority: int = 0):
         self.model, self.max_graphs, self.device, self.capture_priority = model, max_graphs, device, capture_priority
@@ -79,6 +82,7 @@ class CapturedCalls:
         self._capture_streams: Dict[Tuple[Any, ...], torch.cuda.Stream] = {}
         self.shared_workspaces = False
         self.captures = 0
+        weakref.finalize(self, _give_back_capture_streams, self._capture_streams)
 
     def __call__(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         key = (tuple(x.shape), x.dtype, tuple(t.shape),
@@ -118,21 +122,34 @@ class CapturedCalls:
             dropped, _ = self._graphs.popitem(last=False)
             family = _family(dropped)
             if not any(_family(k) == family for k in self._graphs):
-                del self._capture_streams[family]
+                _give_back_capture_streams({family: self._capture_streams.pop(family)})
         return self._graphs[key]
 
     def _capture_stream(self, family: Tuple[Any, ...]) -> torch.cuda.Stream:
         """The family's capture stream: one of torch's pool that no other live family uses."""
         if family not in self._capture_streams:
-            taken = {s.cuda_stream for s in self._capture_streams.values()}
-            for _ in range(33):  # the pool hands its 32 streams round-robin
-                stream = torch.cuda.Stream(self.device, priority=self.capture_priority)
-                if stream.cuda_stream not in taken:
-                    break
-            else:
-                self.shared_workspaces = True
+            with _CAPTURE_STREAMS_LOCK:
+                for _ in range(33):  # the pool hands its 32 streams round-robin
+                    stream = torch.cuda.Stream(self.device, priority=self.capture_priority)
+                    if not _CAPTURE_STREAMS_TAKEN[stream.cuda_stream]:
+                        break
+                else:
+                    self.shared_workspaces = True
+                _CAPTURE_STREAMS_TAKEN[stream.cuda_stream] += 1
             self._capture_streams[family] = stream
         return self._capture_streams[family]
+
+
+# Capture streams in use by live graph families, of every CapturedCalls in the process (two
+# samplers sampling at once must not share one either): stream handle -> families.
+_CAPTURE_STREAMS_TAKEN: collections.Counter[int] = collections.Counter()
+_CAPTURE_STREAMS_LOCK = threading.Lock()
+
+
+def _give_back_capture_streams(streams: Mapping[Any, torch.cuda.Stream]) -> None:
+    with _CAPTURE_STREAMS_LOCK:
+        for stream in streams.values():
+            _CAPTURE_STREAMS_TAKEN[stream.cuda_stream] -= 1
 
 
 def _family(key: Tuple[Any, ...]) -> Tuple[Any, ...]:
