@@ -148,7 +148,8 @@ class ContinuousSampler:
     Requests (:meth:`submit`) get a :class:`concurrent.futures.Future` of a
     :class:`SampleResult`. :meth:`close` drains (or cancels) and stops the threads.
     ``memory_budget``, ``preempt``, ``high_priority_batch`` and ``normal_lane_pause`` are
-    attributes read at every iteration; they may be changed while the sampler runs (``max_batch`` may not).
+    attributes read at every iteration; they may be changed while the sampler runs
+    (``max_batch`` may not).
     """
 
     def __init__(self, model: Callable[..., Any], *, max_batch: int = 32, device: torch.device | str | None = None,
@@ -401,7 +402,7 @@ class ContinuousSampler:
         is admitted, and a high-priority one issued, without waiting for the iteration)."""
         while not event.query():
             with self._lock:
-                if self._inbox or self._closing:
+                if self._inbox:
                     return
                 self._wakeup.wait(GPU_POLL_S)  # submit() notifies at once
 
