@@ -38,7 +38,7 @@ scheduler step (CUDA events around the step(s) and the iteration), mean batch, G
 utilization (NVML, sampled every 50 ms). Also: each high-priority request's latency alone
 (unloaded), and one scenario where continuous batching has little to win (``single``: a
 quarter as many requests, every one of the largest shape, DDIM, the most steps). Raw JSON
-and a latency-vs-throughput plot go to ``--out``. With the defaults the run takes about 2-3
+and a latency-vs-throughput plot go to ``--out``. With the defaults the run takes about 6
 minutes on an H100.
 """
 
