@@ -129,10 +129,12 @@ class Workloads:
 class Runner:
     """Runs the modes: BE work in a thread, the LC job timed from this one."""
 
-    def __init__(self, w: Workloads, iterations: int, period_s: float, warmup_s: float, alone_s: float):
+    def __init__(self, w: Workloads, iterations: int, period_s: float, warmup_s: float, alone_s: float,
+                 lc_wait: str = "sleep"):
         self.w = w
         self.iterations = iterations
         self.period_s = period_s
+        self.lc_wait = lc_wait
         self.warmup_s = warmup_s
         self.alone_s = alone_s
         self.normal = torch.cuda.Stream()
@@ -188,8 +190,10 @@ class Runner:
         try:
             for _ in range(self.iterations):
                 now = time.perf_counter()
-                if now < next_issue:
+                if now < next_issue and self.lc_wait == "sleep":
                     time.sleep(next_issue - now)
+                while self.lc_wait == "spin" and time.perf_counter() < next_issue:
+                    time.sleep(0)  # the core stays awake; the GIL is let go each turn
                 next_issue = max(next_issue + self.period_s, time.perf_counter())
                 t0 = time.perf_counter()
                 launch()
@@ -424,6 +428,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reserved-sms", type=int, nargs="+", default=[8, 16, 32],
                         help="SMs kept from BE work (octopus partitions) / given to the LC (torch green contexts)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the BE work's size")
+    parser.add_argument("--lc-wait", choices=("sleep", "spin"), default="sleep",
+                        help="how the LC thread waits for its next submission: time.sleep, or a busy loop that "
+                             "keeps its core awake (the timed part, submission to completion, is the same)")
     parser.add_argument("--switch-interval", type=float, default=1e-4,
                         help="sys.setswitchinterval while the modes run (s): how long the LC thread may wait for "
                              "the GIL before it asks the BE thread to drop it")
@@ -449,7 +456,8 @@ def main(argv=None) -> int:
         # The LC thread must get the GIL back promptly when its synchronization returns.
         sys.setswitchinterval(args.switch_interval)
         try:
-            runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, warmup_s=0.25,
+            runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, lc_wait=args.lc_wait,
+                            warmup_s=0.25,
                             alone_s=1.0)
             for mode in modes(args.rows, args.in_flight, args.reserved_sms, args.elements):
                 if args.only and not any(text in mode.name for text in args.only) and "alone" not in mode.name:
@@ -482,7 +490,7 @@ def main(argv=None) -> int:
         result = dict(environment=environment(device), target=dict(lc_p99_over_alone=TARGET_P99_RATIO,
                                                                    be_share=TARGET_BE_SHARE),
                       lc_alone_p50_ms=alone_ms, lc_alone_p99_ms=alone_p99_ms, be_alone_units_per_s=be_alone, period_ms=args.period_ms,
-                      switch_interval_s=args.switch_interval,
+                      switch_interval_s=args.switch_interval, lc_wait=args.lc_wait,
                       iterations=args.iterations, modes=rows, lease_overhead=overhead, checkpoint=checkpoints,
                       batcher=batching)
         with open(args.json, "w") as f:
