@@ -223,8 +223,7 @@ def run_server(model: torch.nn.Module, streams: octopus.StreamScheduler, workloa
     with diffusion.ContinuousSampler(model, max_batch=sizes.max_batch, stream_scheduler=streams,
                                      cuda_graphs=cuda_graphs, max_graphs=2 * sizes.max_batch * len(sizes.shapes),
                                      preempt=True, high_priority_batch=priority_batch,
-                                     priority_lane=priority_lane or strict_priority,
-                                     normal_lane_pause=math.inf if strict_priority else 0.0,
+                                     priority_lane=priority_lane, normal_lane_pause=math.inf if strict_priority else 0.0,
                                      record_iterations=True) as sampler, \
             octopus.Batcher(lambda batch: thumbnails_of(batch, sizes.thumbnail), max_batch=sizes.max_batch,
                             max_delay=0.002, scheduler=streams, kind="thumbnails") as thumbnails:
@@ -409,6 +408,7 @@ def resolve_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace, dev
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.priority_lane = args.priority_lane or args.strict_priority  # strict priority pauses for that lane
     device = harness.resolve_device(parser, args.device)
     sizes = resolve_sizes(parser, args, device)
     try:
@@ -442,8 +442,7 @@ def main(argv=None) -> int:
                 requests=sizes.requests, clients=sizes.clients, rate=sizes.rate, shapes=[list(s) for s in sizes.shapes],
                 steps=list(sizes.steps), samplers=[name for name, _ in SAMPLERS], high_share=args.high_share,
                 high_deadline_s=sizes.high_deadline, max_batch=sizes.max_batch, priority_batch=args.priority_batch,
-                priority_lane=args.priority_lane or args.strict_priority, strict_priority=args.strict_priority,
-                cuda_graphs=args.cuda_graphs,
+                priority_lane=args.priority_lane, strict_priority=args.strict_priority, cuda_graphs=args.cuda_graphs,
                 thumbnail=[4, sizes.thumbnail, sizes.thumbnail], seed=args.seed)
 
     print(f"diffusion serving on {harness.describe_device(device)}: {sizes.requests} requests from {sizes.clients} "

@@ -196,10 +196,7 @@ def lane_sequence(normal_lane_pause):
                 seed=40, priority="high")
     with torch.no_grad(), od.ContinuousSampler(model, max_batch=4, priority_lane=True, record_iterations=True,
                                                normal_lane_pause=normal_lane_pause) as sampler:
-        futures = [sampler.submit(**r) for r in normal]
-        deadline = time.monotonic() + 60
-        while sampler.stats()["iterations"] < 2 and time.monotonic() < deadline:  # the normal lane is iterating
-            time.sleep(0.001)
+        futures = submit_in_waves(sampler, normal, waves=1)  # returns once the normal lane has iterated twice
         futures.append(sampler.submit(**high))
         results = [f.result(timeout=300) for f in futures]
         timings, stats = sampler.iteration_timings(), sampler.stats()

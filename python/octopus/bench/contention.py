@@ -189,11 +189,11 @@ class Runner:
         gc.disable()  # as timeit does: a collection inside a timed job is not the GPU's doing
         try:
             for _ in range(self.iterations):
-                now = time.perf_counter()
-                if now < next_issue and self.lc_wait == "sleep":
-                    time.sleep(next_issue - now)
-                while self.lc_wait == "spin" and time.perf_counter() < next_issue:
-                    time.sleep(0)  # the core stays awake; the GIL is let go each turn
+                if self.lc_wait == "sleep":
+                    time.sleep(max(0.0, next_issue - time.perf_counter()))
+                else:
+                    while time.perf_counter() < next_issue:
+                        time.sleep(0)  # the core stays awake; the GIL is let go each turn
                 next_issue = max(next_issue + self.period_s, time.perf_counter())
                 t0 = time.perf_counter()
                 launch()
@@ -456,9 +456,8 @@ def main(argv=None) -> int:
         # The LC thread must get the GIL back promptly when its synchronization returns.
         sys.setswitchinterval(args.switch_interval)
         try:
-            runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, lc_wait=args.lc_wait,
-                            warmup_s=0.25,
-                            alone_s=1.0)
+            runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, warmup_s=0.25,
+                            alone_s=1.0, lc_wait=args.lc_wait)
             for mode in modes(args.rows, args.in_flight, args.reserved_sms, args.elements):
                 if args.only and not any(text in mode.name for text in args.only) and "alone" not in mode.name:
                     continue
