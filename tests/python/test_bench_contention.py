@@ -26,7 +26,7 @@ def test_the_sweep_covers_every_mechanism_and_knob():
 
 
 def test_verdicts():
-    rows = [dict(name="a", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.58, be_share=0.85),
+    rows = [dict(name="a", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.58, be_share=0.85, sm_clock_mhz=1552.4),
             dict(name="b", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.61, be_share=0.95),
             dict(name="c", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.5, be_share=0.79),
             dict(name="d", lc="mlp", error="RuntimeError: no partition")]
@@ -35,7 +35,8 @@ def test_verdicts():
     assert rows[0]["lc_p99_over_alone"] == 0.58 / 0.4
     assert rows[0]["lc_p99_over_alone_p99"] == 0.58 / 1.16  # like for like, reported beside the target's measure
     table = contention.format_table(rows)
-    assert table.splitlines()[1].split()[-3] == "0.50"  # p99 / alone p99
+    assert table.splitlines()[1].split()[-4:] == ["0.50", "85", "1552", "yes"]  # p99 / alone p99, BE %, clock
+    assert table.splitlines()[2].split()[-2] == "-"  # no clock reading
     assert "error: RuntimeError: no partition" in table and "yes" in table
 
 

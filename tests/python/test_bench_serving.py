@@ -43,6 +43,11 @@ def test_serving_benchmark_smoke_run_on_cpu(tmp_path):
     assert any(r["mode"] == "serial" and r.get("derived") for r in rows)
     assert {r["mode"] for r in result["scenarios"]} == set(modes[1:4])
     assert all(r["sampler"]["normal_lane_paused_s"] >= 0 for r in rows if r["mode"].startswith("octopus"))
+    # The high-priority requests by themselves, per rate: all served, measured like the rest.
+    high = result["high_only"]
+    assert [h["rate"] for h in high] == [60.0, 120.0]
+    assert all(h["completed"] == h["requests"] > 0 and h["high_p99_over_unloaded"] > 0 for h in high)
+    assert "high-priority only" in proc.stdout
     assert os.path.exists(result["plot"])
 
 

@@ -19,8 +19,9 @@ reference did); and octopus leases (LC ``priority="high"``, BE ``best_effort=Tru
 each mechanism and its knobs: throttling at checkpoints, slicing (rows per slice, or
 elements per slice of whole items), the in-flight bound, an SM partition (``reserved_sms``),
 and their combinations. Reported: LC p50/p99 wall time, LC device time, BE throughput as
-a share of its alone throughput (unsliced, whole GPU), whether the target (LC p99 <= 1.5x
-alone with BE >= 80%) is met; plus acquire/release and checkpoint cost from Python and
+a share of its alone throughput (unsliced, whole GPU), the GPU's mean SM clock and power
+while the LC job was timed (NVML), whether the target (LC p99 <= 1.5x alone with BE >= 80%)
+is met; plus acquire/release and checkpoint cost from Python and
 the Batcher's overhead per request. Raw JSON to ``--json``.
 """
 
@@ -43,6 +44,7 @@ import octopus
 
 from ..slicing import SliceSizer, item_ranges
 from .costs import batcher_overhead, checkpoint_cost, lease_overhead
+from .energy import GpuSampler
 from .report import environment
 
 TARGET_P99_RATIO = 1.5
@@ -206,6 +208,14 @@ class Runner:
                     lc_mean_ms=statistics.fmean(wall), lc_device_p50_ms=_pct(device, 50),
                     lc_device_p99_ms=_pct(device, 99), lc_samples=len(wall))
 
+    def _measure_lc_sampled(self, launch: Callable[[], None]) -> dict:
+        """measure_lc, with the GPU's mean SM clock and power over it (NVML): a GPU at its
+        power cap runs every kernel, the LC job's too, at a lower clock."""
+        with GpuSampler(torch.device("cuda")) as gpu:
+            row = self.measure_lc(launch)
+        return dict(row, sm_clock_mhz=gpu.mean("sm_clock_mhz"), power_w=gpu.mean("power_w"),
+                    power_capped_share=gpu.mean("power_capped"))
+
     # -- the BE work --------------------------------------------------------------------
 
     def _be_product(self, mode: Mode, sched, green) -> Callable[[], object]:
@@ -296,14 +306,14 @@ class Runner:
                 green = _torch_green_streams(mode.reserved_sms)
             launch = self._lc_launcher(mode, sched, green)
             if mode.be_stream == "none":
-                row.update(self.measure_lc(launch))
+                row.update(self._measure_lc_sampled(launch))
                 return row
             product = self._be_product(mode, sched, green)
             stop, completions, errors, thread = self._start_be(product)
             try:
                 time.sleep(self.warmup_s)
                 t0 = time.perf_counter()
-                row.update(self.measure_lc(launch))
+                row.update(self._measure_lc_sampled(launch))
                 t1 = time.perf_counter()
             finally:
                 stop.set()
@@ -398,19 +408,21 @@ def summarize(rows: List[dict], alone_ms: dict, alone_p99_ms: Optional[dict] = N
 
 
 def format_table(rows: List[dict]) -> str:
-    row = "{:<78}{:>9}{:>9}{:>11}{:>9}{:>15}{:>7}{:>8}"
-    lines = [row.format("mode", "p50 ms", "p99 ms", "p99/alone", "GPU p99", "p99/alone p99", "BE %", "target")]
+    row = "{:<78}{:>9}{:>9}{:>11}{:>9}{:>15}{:>7}{:>8}{:>8}"
+    lines = [row.format("mode", "p50 ms", "p99 ms", "p99/alone", "GPU p99", "p99/alone p99", "BE %", "SM MHz",
+                        "target")]
     labels: Dict[Optional[bool], str] = {True: "yes", False: "no"}
     for r in rows:
         if "error" in r:
             lines.append(f"{r['name']:<78}  error: {r['error'][:120]}")
             continue
         share = f"{100 * r['be_share']:.0f}" if "be_share" in r else "-"
+        clock = f"{r['sm_clock_mhz']:.0f}" if r.get("sm_clock_mhz") is not None else "-"
         target = labels.get(r.get("meets_target"), "-")
         lines.append(row.format(r["name"], f"{r['lc_p50_ms']:.3f}", f"{r['lc_p99_ms']:.3f}",
                                 f"{r.get('lc_p99_over_alone', float('nan')):.2f}",
                                 f"{r.get('lc_device_p99_ms', float('nan')):.3f}",
-                                f"{r.get('lc_p99_over_alone_p99', float('nan')):.2f}", share, target))
+                                f"{r.get('lc_p99_over_alone_p99', float('nan')):.2f}", share, clock, target))
     return "\n".join(lines)
 
 

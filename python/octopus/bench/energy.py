@@ -1,11 +1,14 @@
-"""GPU energy from NVML's total-energy counter (millijoules since the driver loaded), read
-through ctypes so that no Python NVML package is needed. Volta and newer data-center GPUs
-expose the counter; elsewhere :class:`EnergyCounter` reports itself unavailable."""
+"""GPU readings from NVML, through ctypes so that no Python NVML package is needed: the
+total-energy counter (millijoules since the driver loaded; Volta and newer data-center GPUs
+expose it, elsewhere :class:`EnergyCounter` reports itself unavailable), and utilization,
+SM clock and power sampled over a window (:class:`GpuSampler`)."""
 
 from __future__ import annotations
 
 import ctypes
-from typing import Optional, cast
+import statistics
+import threading
+from typing import Dict, List, Optional, cast
 
 import torch
 
@@ -51,6 +54,67 @@ class EnergyCounter:
         if nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle, ctypes.byref(value)) != 0:
             return None
         return value.value
+
+
+NVML_CLOCK_SM = 1
+NVML_CLOCK_REASON_SW_POWER_CAP = 0x4
+
+
+class GpuSampler:
+    """NVML readings of the GPU behind a torch device, sampled every ``period`` s on a thread
+    while in a ``with`` block: ``utilization`` (percent of time a kernel ran), ``sm_clock_mhz``,
+    ``power_w``, and ``power_capped`` (1 where the driver held the clock down for the power
+    cap, else 0). :meth:`mean` is None for a reading NVML does not give (or without NVML)."""
+
+    FIELDS = ("utilization", "sm_clock_mhz", "power_w", "power_capped")
+
+    def __init__(self, device: torch.device, period: float = 0.05):
+        self._nvml = self._handle = None
+        self._period = period
+        if device.type == "cuda":
+            self._nvml, self._handle, _ = nvml_device(device)
+        self._reasons = None
+        if self._nvml is not None:
+            for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                try:  # the newer name first (drivers since 535), the deprecated one where it is all there is
+                    self._reasons = getattr(self._nvml, name)
+                    break
+                except AttributeError:
+                    continue
+        self.samples: Dict[str, List[float]] = {f: [] for f in self.FIELDS}
+
+    def __enter__(self) -> "GpuSampler":
+        self.samples = {f: [] for f in self.FIELDS}
+        self._stop = threading.Event()
+        if self._nvml is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            self._read()
+
+    def _read(self) -> None:
+        nvml, handle = cast(ctypes.CDLL, self._nvml), self._handle
+        rates, value, reasons = (ctypes.c_uint * 2)(), ctypes.c_uint(), ctypes.c_ulonglong()
+        if nvml.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(rates)) == 0:
+            self.samples["utilization"].append(float(rates[0]))
+        if nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM, ctypes.byref(value)) == 0:
+            self.samples["sm_clock_mhz"].append(float(value.value))
+        if nvml.nvmlDeviceGetPowerUsage(handle, ctypes.byref(value)) == 0:
+            self.samples["power_w"].append(value.value / 1e3)
+        if self._reasons is not None and self._reasons(handle, ctypes.byref(reasons)) == 0:
+            self.samples["power_capped"].append(float(bool(reasons.value & NVML_CLOCK_REASON_SW_POWER_CAP)))
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._nvml is not None:
+            self._thread.join()
+
+    def mean(self, field: str) -> Optional[float]:
+        values = self.samples[field]
+        return statistics.fmean(values) if values else None
 
 
 def driver_version() -> Optional[str]:

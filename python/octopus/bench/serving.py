@@ -35,8 +35,10 @@ Modes, side by side in one run::
 Reported per mode and rate: throughput (images/s), latency p50/p99 (overall and high
 priority; wall time from arrival to completion), the share of iteration time spent in the
 scheduler step (CUDA events around the step(s) and the iteration), mean batch, GPU
-utilization (NVML, sampled every 50 ms). Also: each high-priority request's latency alone
-(unloaded), and one scenario where continuous batching has little to win (``single``: a
+utilization and SM clock (NVML, sampled every 50 ms). Also: each high-priority request's
+latency alone (unloaded); with ``octopus-lane-yield``, at each rate, the high-priority
+requests by themselves at their arrival times (``high-priority only``: what they cost one
+another in their lane, whatever happens to the rest); and one scenario where continuous batching has little to win (``single``: a
 quarter as many requests, every one of the largest shape, DDIM, the most steps). Raw JSON
 and a latency-vs-throughput plot go to ``--out``. With the defaults the run takes about 6
 minutes on an H100.
@@ -47,14 +49,12 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
-import ctypes
 import functools
 import json
 import math
 import os
 import statistics
 import sys
-import threading
 import time
 from typing import Any, Callable, Dict, List
 
@@ -64,7 +64,7 @@ import octopus
 from octopus import diffusion as od
 from octopus.diffusion.rows import to_device
 
-from .energy import nvml_device
+from .energy import GpuSampler
 from .report import environment
 
 SHAPES = [(4, 32, 32), (4, 64, 64), (4, 96, 96)]
@@ -105,38 +105,6 @@ def make_workload(n: int, rate: float, seed: int, high_share: float, shapes=SHAP
 
 
 # -- measurements shared by every mode -------------------------------------------------
-
-
-class GpuUtilization:
-    """Mean NVML GPU utilization (percent of time a kernel ran) over a window, sampled every
-    50 ms on a thread; None where NVML is not available."""
-
-    def __init__(self, device: torch.device):
-        self._nvml = self._handle = None
-        if device.type == "cuda":
-            self._nvml, self._handle, _ = nvml_device(device)
-
-    def __enter__(self):
-        self.samples, self._stop = [], threading.Event()
-        if self._nvml is not None:
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def _sample(self):
-        rates = (ctypes.c_uint * 2)()
-        while not self._stop.wait(0.05):
-            if self._nvml.nvmlDeviceGetUtilizationRates(self._handle, ctypes.byref(rates)) == 0:
-                self.samples.append(rates[0])
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._nvml is not None:
-            self._thread.join()
-
-    @property
-    def mean(self) -> float | None:
-        return statistics.fmean(self.samples) if self.samples else None
 
 
 class IterationClock:
@@ -466,12 +434,13 @@ def run_mode(mode: str, model, workload, args, device, dtype, servers: dict) -> 
         "octopus-lane-yield": lambda: servers["octopus-lane"].run(
             workload, args.run_timeout, preempt=True, normal_lane_pause=args.normal_lane_pause),
     }
-    with GpuUtilization(device) as utilization:
+    with GpuSampler(device) as gpu:
         wall = time.perf_counter()
         raw = runners[mode]()
         wall = time.perf_counter() - wall
     row = summarize(workload, raw["completions"])
-    row.update(mode=mode, wall_s=wall, gpu_utilization=utilization.mean, truncated=row["completed"] < len(workload),
+    row.update(mode=mode, wall_s=wall, gpu_utilization=gpu.mean("utilization"),
+               sm_clock_mhz=gpu.mean("sm_clock_mhz"), truncated=row["completed"] < len(workload),
                **{k: v for k, v in raw.items() if k != "completions"})
     return row
 
@@ -508,6 +477,7 @@ def _run(args, device, dtype, model, servers) -> dict:
     if args.high_share > 0 and servers:
         unloaded = unloaded_latencies(servers.get("octopus-graphs") or next(iter(servers.values())), base)
     serial_service = None
+    high_only: List[dict] = []
     for rate in sorted(args.rates):
         workload = [dict(r, arrival=r["arrival"] / rate) for r in base]
         for mode in args.modes:
@@ -524,6 +494,8 @@ def _run(args, device, dtype, model, servers) -> dict:
             row["rate"] = rate
             row["high_p99_over_unloaded"] = _ratio(row, unloaded)
             rows.append(row)
+        if "octopus-lane-yield" in args.modes and unloaded:
+            high_only.append(dict(rate=rate, **_high_only(servers["octopus-lane"], workload, args, unloaded)))
     if args.single:
         # A quarter of the requests: every step of them is a large model call.
         single = make_workload(max(1, args.requests // 4), max(args.rates), args.seed + 1, 0.0,
@@ -539,7 +511,20 @@ def _run(args, device, dtype, model, servers) -> dict:
                                                             parameters=sum(p.numel() for p in model.parameters()),
                                                             dtype=str(dtype)),
                 settings={k: v for k, v in vars(args).items() if k != "out"}, rows=rows, scenarios=scenarios,
-                unloaded_high_s={str(k): v for k, v in unloaded.items()})
+                unloaded_high_s={str(k): v for k, v in unloaded.items()}, high_only=high_only)
+
+
+def _high_only(server: OctopusServer, workload: list[dict], args, unloaded: dict) -> dict:
+    """The high-priority requests of `workload` by themselves, at their arrival times, as
+    octopus-lane-yield serves them: what they cost one another (they share the priority
+    lane), a floor under their latency whatever is done with the other requests."""
+    high = [r for r in workload if r["high"]]
+    with GpuSampler(server.sampler.device) as gpu:
+        raw = server.run(high, args.run_timeout, preempt=True, normal_lane_pause=args.normal_lane_pause)
+    row = summarize(high, raw["completions"])
+    return dict(completed=row["completed"], requests=row["requests"], high_p50_s=row["high_p50_s"],
+                high_p99_s=row["high_p99_s"], high_p99_over_unloaded=_ratio(row, unloaded),
+                latencies=row["latencies"], iterations=raw["iterations"], sm_clock_mhz=gpu.mean("sm_clock_mhz"))
 
 
 def _ratio(row: dict, unloaded: dict) -> float | None:
@@ -567,6 +552,10 @@ def format_table(result: dict) -> str:
             fmt(r["high_p99_s"], ".3f"), fmt(r.get("high_p99_over_unloaded"), ".2f"),
             fmt(100 * it["step_share"] if it.get("step_share") is not None else None, ".1f"),
             fmt(it.get("mean_batch"), ".1f"), fmt(r.get("gpu_utilization"), ".0f")))
+    for h in result.get("high_only", []):
+        lines.append(row_format.format(
+            "high-priority only", fmt(h["rate"], "g"), "-", "-", "-", fmt(h["high_p99_s"], ".3f"),
+            fmt(h["high_p99_over_unloaded"], ".2f"), "-", fmt((h["iterations"] or {}).get("mean_batch"), ".1f"), "-"))
     return "\n".join(lines)
 
 
