@@ -18,6 +18,9 @@
 #if defined(OCTOPUS_SCHEDULER_CUDA)
 #include "octopus/scheduler/cuda_backend.h"
 #endif
+#if defined(OCTOPUS_WITH_CUDA)
+#include "octopus/core/tuning.h"
+#endif
 
 namespace py = pybind11;
 namespace sched = octopus::scheduler;
@@ -252,6 +255,22 @@ PYBIND11_MODULE(_C, m) {
   m.attr("built_with_cuda") = false;
 #endif
   bind_scheduler(m);
+#if defined(OCTOPUS_WITH_CUDA)
+  // The kernels' tuning on the current device as the host launches with it and as its
+  // code was compiled (python/octopus/tuning.py: kernel_tuning()).
+  m.def("kernel_tuning", [] {
+    const auto as_dict = [](const octopus::cuda::ArchTuning& t) {
+      py::dict values;
+      octopus::cuda::for_each_tuning_value(t, [&](const char* name, int value) { values[name] = value; });
+      return values;
+    };
+    py::dict out;
+    out["arch"] = octopus::cuda::launch_arch();
+    out["launch"] = as_dict(octopus::cuda::launch_tuning());
+    out["compiled"] = as_dict(octopus::cuda::compiled_tuning());
+    return out;
+  });
+#endif
   // The one definition of sampler_step's codes: python/octopus/diffusion/rows.py reads it.
   py::dict layout;
   layout["kinds"] = names(octopus::kSamplerKindNames);

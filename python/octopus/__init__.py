@@ -9,7 +9,7 @@ leases CUDA streams to many callers sharing GPUs (latency-critical work first), 
 
 from . import _registrations  # noqa: F401  (fake + autograd registrations)
 from ._library import built_with_cuda
-from .tuning import TunedChoice, autotune
+from .tuning import TunedChoice, autotune, kernel_tuning
 from .filters import box_blur, depthwise_conv3x3, gaussian_blur, stencil3x3
 from .geometry import crop_resize, resize
 from .ops import affine, clamp, from_padded, plan, plan_blocks, power, threshold, to_padded
@@ -24,7 +24,7 @@ from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, STRATEGIES
 __version__ = "0.1.0"
 
 __all__ = [
-    "RaggedBatch", "affine", "crop_resize", "resize", "tile_filter", "TileFilter", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice",
+    "RaggedBatch", "affine", "crop_resize", "resize", "tile_filter", "TileFilter", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice", "kernel_tuning",
     "StreamScheduler", "Lease", "LeaseTimeout", "DeadlineMissed", "ReleaseEvent", "Batcher",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

@@ -242,3 +242,29 @@ def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strate
         import warnings
         warnings.warn(f"octopus.autotune: could not write the cache {path}: {err}")
     return choice
+
+
+def kernel_tuning(device: Optional[DeviceLike] = None) -> Dict[str, Any]:
+    """The tuning constants of octopus's CUDA kernels on ``device`` (default: the current
+    CUDA device), from the per-architecture table in ``csrc/octopus/core/tuning.h``:
+
+    - ``arch``: the architecture of the code the device runs, as ``__CUDA_ARCH__`` counts
+      (900 on an H100; also 900 on a newer GPU that runs the sm_90 PTX the driver compiled);
+    - ``launch``: the values the host launches kernels with (threads per block, blocks per
+      multiprocessor, work per thread);
+    - ``compiled``: the values in the device code (read back by a one-thread kernel).
+
+    ``launch`` and ``compiled`` are equal by construction; a difference is a bug worth
+    reporting. Raises RuntimeError where octopus was built without CUDA or no GPU is
+    visible, ValueError for a device that is not a CUDA device.
+    """
+    from ._library import _C, built_with_cuda
+    if not built_with_cuda:
+        raise RuntimeError("octopus was built without CUDA kernels: it has no kernel tuning")
+    if not torch.cuda.is_available():
+        raise RuntimeError("kernel_tuning needs a CUDA device, and none is visible")
+    resolved = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if resolved.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {resolved}")
+    with torch.cuda.device(resolved):
+        return dict(_C.kernel_tuning())

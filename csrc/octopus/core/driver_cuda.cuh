@@ -21,14 +21,20 @@
 
 #include "octopus/core/checks.h"
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning.h"
 
 namespace octopus::cuda {
 
-constexpr int kThreads = 256;
+// Threads per block as device code sees them (core/tuning.h); host code launches with
+// launch_threads(), the same value for the code the device runs.
+constexpr int kThreads = kTuning.driver.threads;
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Vectors in flight per lane: the functor's choice (Op::kUnroll, what fits its registers
-// without spilling); per-element locators hold an item index per vector, so at most 4.
-constexpr int kMaxUnrollPerElement = 4;
+// without spilling); per-element locators hold an item index per vector, so fewer.
+constexpr int kMaxUnrollPerElement = kTuning.driver.max_unroll_per_element;
+
+inline int launch_threads() { return launch_tuning().driver.threads; }
+inline int64_t launch_warps_per_block() { return launch_threads() / 32; }
 
 __host__ __device__ __forceinline__ int64_t clamp_index(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
 
@@ -177,11 +183,11 @@ struct LookupLocator : TileUnits {
   }
 };
 
-// Blocks per multiprocessor the kernel is compiled for (which caps its registers): 4, or
-// the functor's Op::kMinBlocksPerSm when it needs more registers per thread.
+// Blocks per multiprocessor the kernel is compiled for (which caps its registers): the
+// driver's tuning, or the functor's Op::kMinBlocksPerSm when it needs more registers.
 template <class Op, class = void>
 struct MinBlocksPerSm {
-  static constexpr int value = 4;
+  static constexpr int value = kTuning.driver.min_blocks_per_sm;
 };
 template <class Op>
 struct MinBlocksPerSm<Op, std::void_t<decltype(Op::kMinBlocksPerSm)>> {
@@ -219,7 +225,8 @@ template <class Loc, class Op>
 int max_blocks_per_sm() {
   static const int blocks_per_sm = [] {
     int blocks = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, ragged_kernel<Loc, Op>, kThreads, 0));
+    C10_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, ragged_kernel<Loc, Op>, launch_threads(), 0));
     return std::max(blocks, 1);
   }();
   return blocks_per_sm;
@@ -231,8 +238,10 @@ template <class Loc, class Op>
 void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
   if (max_units <= 0) return;
   const int64_t resident = int64_t{multiprocessor_count()} * max_blocks_per_sm<Loc, Op>();
-  const int64_t blocks = std::min(resident, (max_units + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(loc, op);
+  const int64_t warps = launch_warps_per_block();
+  const int64_t blocks = std::min(resident, (max_units + warps - 1) / warps);
+  ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), launch_threads(), 0, c10::cuda::getCurrentCUDAStream()>>>(
+      loc, op);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

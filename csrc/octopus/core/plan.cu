@@ -97,7 +97,7 @@ __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int6
 // into shared memory (cheap for up to kFusedMaxItems items, read from L2), then fills
 // its share of the rows. The host-side cost of the scan + fill path (allocations, CUB's
 // dispatch, three launches) is what dominates there.
-constexpr int kFusedThreads = 1024;
+constexpr int kFusedThreads = cuda::kTuning.plan.fused_threads;  // device code's (the host's: launch_tuning())
 constexpr int64_t kFusedMaxItems = 11264;  // 44 KiB of int32 prefix sums: within the static 48 KiB
 
 __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t* __restrict__ offsets, int64_t m,
@@ -175,11 +175,11 @@ at::Tensor build_lookup_table_cuda(const at::Tensor& offsets_in, int64_t num_val
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(ids, 0, num_values * sizeof(int32_t), stream));
   if (m > 1) {
-    constexpr int kMarkThreads = 256;
-    const int64_t grid = std::min<int64_t>((m + kMarkThreads - 1) / kMarkThreads,
-                                           int64_t{32} * cuda::multiprocessor_count());
-    mark_item_starts_kernel<<<static_cast<unsigned>(grid), kMarkThreads, 0, stream>>>(offsets.data_ptr<int64_t>(),
-                                                                                       m, num_values, ids);
+    const cuda::PlanTuning& tuning = cuda::launch_tuning().plan;
+    const int64_t grid = std::min<int64_t>((m + tuning.mark_threads - 1) / tuning.mark_threads,
+                                           int64_t{tuning.mark_blocks_per_sm} * cuda::multiprocessor_count());
+    mark_item_starts_kernel<<<static_cast<unsigned>(grid), tuning.mark_threads, 0, stream>>>(
+        offsets.data_ptr<int64_t>(), m, num_values, ids);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   const int chunk = static_cast<int>(std::min(num_values, kScanChunk));
@@ -208,10 +208,12 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   at::Tensor plan = at::empty({rows, 2}, offsets.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const BlockDivider div(block_elems);
+  const cuda::PlanTuning& tuning = cuda::launch_tuning().plan;
   if (m <= kFusedMaxItems && rows < (int64_t{1} << 31)) {
-    const int64_t wanted = (rows + kFusedThreads - 1) / kFusedThreads;
-    const int64_t grid = std::min<int64_t>(wanted, 2 * int64_t{cuda::multiprocessor_count()});
-    plan_fused_kernel<<<static_cast<unsigned>(grid), kFusedThreads, 0, stream>>>(
+    const int64_t wanted = (rows + tuning.fused_threads - 1) / tuning.fused_threads;
+    const int64_t grid =
+        std::min<int64_t>(wanted, int64_t{tuning.fused_blocks_per_sm} * cuda::multiprocessor_count());
+    plan_fused_kernel<<<static_cast<unsigned>(grid), tuning.fused_threads, 0, stream>>>(
         offsets.data_ptr<int64_t>(), m, num_values, div, rows, reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return plan;
@@ -232,8 +234,8 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
     C10_CUDA_CHECK(
         cub::DeviceScan::InclusiveSum(block_end + scan_words, temp_bytes, counts, block_end, m, stream));
   }
-  constexpr int kFillThreads = 256;
-  fill_plan_kernel<<<static_cast<unsigned>((rows + kFillThreads - 1) / kFillThreads), kFillThreads, 0, stream>>>(
+  fill_plan_kernel<<<static_cast<unsigned>((rows + tuning.fill_threads - 1) / tuning.fill_threads), tuning.fill_threads,
+                     0, stream>>>(
       offsets.data_ptr<int64_t>(), block_end, m, num_values, div, rows,
       reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();

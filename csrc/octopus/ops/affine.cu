@@ -31,10 +31,10 @@ at::Tensor affine_cuda(const at::Tensor& values, const at::Tensor& offsets, cons
 }
 
 // Lease kind "octopus.affine" for the StreamScheduler: float32 per-item affine with the
-// default plan, a block per kWarpsPerBlock plan blocks of the default size.
+// default plan, a block per warp-per-block plan blocks of the default size.
 const KernelProfileRegistration affine_profile("octopus.affine", [] {
   return KernelProfile{cuda::max_blocks_per_sm<cuda::PlanLocator, ItemParamOp<float, float, float, false, AffineFn>>(),
-                       int64_t{cuda::kWarpsPerBlock} * kDefaultBlockElems};
+                       cuda::launch_warps_per_block() * kDefaultBlockElems};
 });
 
 }  // namespace

@@ -20,10 +20,10 @@ namespace {
 // rows of the band (ty, ty + rows_per_pass, ...): its horizontal taps are worked out once
 // (32-bit) and serve every channel and row; each (channel, row) then costs a vertical tap,
 // two source lines of reads and one vector store (a row's stores are one contiguous run).
-// The rows are unrolled so that their reads are in flight together (80 registers for
-// float32; measured faster than unrolling by 1 or 2 at 61 and 74).
-constexpr int kQuad = 4;
-constexpr int kRowsPerThread = 4;
+// The rows are unrolled so that their reads are in flight together (core/tuning.h; the
+// host shapes the launch with launch_tuning()'s values, the same).
+constexpr int kQuad = cuda::kTuning.crop_resize.quad;
+constexpr int kRowsPerThread = cuda::kTuning.crop_resize.rows_per_thread;
 
 template <typename T>
 __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
@@ -133,8 +133,10 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
 }
 
 int64_t grid_for(int64_t rows) {
-  return std::max<int64_t>(1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 16,
-                                                (rows + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock));
+  const int64_t warps = cuda::launch_warps_per_block();
+  return std::max<int64_t>(
+      1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * cuda::launch_tuning().crop_resize.backward_blocks_per_sm,
+                           (rows + warps - 1) / warps));
 }
 
 bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
@@ -150,13 +152,14 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
   if (a.out.numel() == 0) return a.out;
   TORCH_CHECK_VALUE(out_h < (int64_t{1} << 31) && out_w < (int64_t{1} << 31), "the output size ", out_h, " x ", out_w,
                     " is too large");
-  // Block: quads of a row across x (up to kThreads), rows across y up to about two warps.
-  // Small blocks measured fastest: for 224-wide outputs, 56 threads 0.38-0.39 ms per call
-  // back to back, 112 threads 0.43, 224 threads 0.47-0.49 (1000 crops, H100).
-  const int64_t quads = (out_w + kQuad - 1) / kQuad;
-  const int64_t threads_x = std::min<int64_t>(quads, cuda::kThreads);
-  const int64_t rows_per_pass = std::max<int64_t>(1, 64 / threads_x);
-  const int64_t bands = (out_h + kRowsPerThread * rows_per_pass - 1) / (kRowsPerThread * rows_per_pass);
+  // Block: quads of a row across x (up to the driver's threads), rows across y up to about
+  // block_threads in all (small blocks measured fastest).
+  const cuda::CropResizeTuning& tuning = cuda::launch_tuning().crop_resize;
+  const int64_t quads = (out_w + tuning.quad - 1) / tuning.quad;
+  const int64_t threads_x = std::min<int64_t>(quads, cuda::launch_threads());
+  const int64_t rows_per_pass = std::max<int64_t>(1, tuning.block_threads / threads_x);
+  const int64_t band_rows = int64_t{tuning.rows_per_thread} * rows_per_pass;
+  const int64_t bands = (out_h + band_rows - 1) / band_rows;
   TORCH_CHECK_VALUE(a.boxes.size(0) < (int64_t{1} << 31), "at most 2^31 - 1 boxes, got ", a.boxes.size(0));
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -186,7 +189,7 @@ at::Tensor crop_resize_backward_cuda(const at::Tensor& grad, const at::Tensor& v
   const int64_t rows = g.numel() / out_w;
   if (rows > 0) {
     AT_DISPATCH_FLOATING_TYPES(acc, "crop_resize_backward_cuda", [&] {
-      crop_resize_backward_kernel<scalar_t><<<static_cast<unsigned>(grid_for(rows)), cuda::kThreads, 0,
+      crop_resize_backward_kernel<scalar_t><<<static_cast<unsigned>(grid_for(rows)), cuda::launch_threads(), 0,
                                               c10::cuda::getCurrentCUDAStream()>>>(
           g.data_ptr<scalar_t>(), result.data_ptr<scalar_t>(), a.offsets.data_ptr<int64_t>(),
           a.sizes.data_ptr<int64_t>(), a.boxes.data_ptr<int64_t>(), a.offsets.numel() - 1, rows, channels, out_h,

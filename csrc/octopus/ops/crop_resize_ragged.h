@@ -17,6 +17,7 @@
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/fast_divide.h"
+#include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/crop_resize.h"
 
@@ -27,10 +28,10 @@ struct CropResizeRaggedOp {
   // One element per lane: consecutive lanes write consecutive outputs and read neighbouring
   // source pixels.
   static constexpr int kVec = 1;
-  static constexpr int kUnroll = 2;
-  // The item (its box, two dividers) and the taps need about 80 registers: 3 blocks per
-  // multiprocessor instead of 4 (spill-free on sm_90 for the float types).
-  static constexpr int kMinBlocksPerSm = 3;
+  static constexpr int kUnroll = cuda::kTuning.crop_resize.ragged_unroll;
+  // The item (its box, two dividers) and the taps need about 80 registers: fewer blocks
+  // per multiprocessor than the driver's (spill-free on sm_90 for the float types).
+  static constexpr int kMinBlocksPerSm = cuda::kTuning.crop_resize.ragged_min_blocks_per_sm;
   using InVec = Vec<in_t, 1>;
 
   const in_t* __restrict__ in;  // forward: the source values; backward: the output's gradient

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 
 namespace octopus {
@@ -16,10 +17,11 @@ namespace octopus {
 template <typename in_t, typename out_t, typename acc_t, bool kPerChannel, class Fn>
 struct ItemParamOp {
   static constexpr int kVec = 16 / sizeof(in_t);
-  // Vectors in flight per lane, chosen from the compiler's register report (sm_90, 64
-  // registers): the per-item forms do not spill; uint8 widens to 64 output bytes per
-  // vector and the per-channel form keeps a channel cursor, so they get fewer.
-  static constexpr int kUnroll = sizeof(in_t) == 1 ? 2 : (sizeof(in_t) == 4 && !kPerChannel ? 8 : 4);
+  // Vectors in flight per lane (core/tuning.h): uint8 widens to 64 output bytes per vector
+  // and the per-channel form keeps a channel cursor, so they get fewer.
+  static constexpr int kUnroll = sizeof(in_t) == 1 ? cuda::kTuning.item_param.unroll_uint8
+                                 : sizeof(in_t) == 4 && !kPerChannel ? cuda::kTuning.item_param.unroll_4byte_per_item
+                                                                     : cuda::kTuning.item_param.unroll;
   using InVec = Vec<in_t, kVec>;
   using OutVec = Vec<out_t, kVec>;
 

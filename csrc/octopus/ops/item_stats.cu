@@ -49,11 +49,13 @@ __device__ __forceinline__ double warp_min_max(double v, bool want_max) {
   return v;
 }
 
-template <typename T, int kUnroll, int kVec = 16 / sizeof(T)>
+template <typename T, int kVec = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __restrict__ x,
                                                                     const longlong2* __restrict__ plan,
                                                                     const int64_t* __restrict__ offsets, int64_t planes,
                                                                     double* __restrict__ acc) {
+  // 16-byte vectors (4 to 16 elements each), kUnroll in flight per lane (core/tuning.h).
+  constexpr int kUnroll = sizeof(T) >= 4 ? cuda::kTuning.stats.item_unroll_4byte : cuda::kTuning.stats.item_unroll;
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
   const int64_t units = __ldg(&plan[0].x);
@@ -153,18 +155,20 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
   const auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    constexpr int kUnroll = sizeof(T) >= 4 ? 4 : 2;  // 16-byte vectors: 4 to 16 elements each
     const int64_t max_units = p.size(0) - 1;
     if (max_units > 0 && a.values.numel() > 0) {
-      const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,
-                                               (max_units + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock);
-      item_stats_kernel<T, kUnroll><<<static_cast<unsigned>(blocks), cuda::kThreads, 0, stream>>>(
+      const int64_t warps = cuda::launch_warps_per_block();
+      const int64_t blocks = std::min<int64_t>(
+          int64_t{cuda::multiprocessor_count()} * cuda::launch_tuning().stats.item_blocks_per_sm,
+          (max_units + warps - 1) / warps);
+      item_stats_kernel<T><<<static_cast<unsigned>(blocks), cuda::launch_threads(), 0, stream>>>(
           a.values.data_ptr<T>(), reinterpret_cast<const longlong2*>(p.data_ptr<int64_t>()),
           a.offsets.data_ptr<int64_t>(), a.planes, a.out.data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     const int64_t slots = m * a.planes;
-    item_stats_finish<T><<<static_cast<unsigned>((slots + 255) / 256), 256, 0, stream>>>(
+    const int threads = cuda::launch_threads();
+    item_stats_finish<T><<<static_cast<unsigned>((slots + threads - 1) / threads), threads, 0, stream>>>(
         a.values.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), slots, a.planes, a.out.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

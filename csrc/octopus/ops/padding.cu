@@ -15,8 +15,9 @@
 namespace octopus {
 namespace {
 
-constexpr int64_t kSlotChunk = 4096;  // output elements per warp task (a multiple of every vector width)
-constexpr int kPadUnroll = 4;         // vectors in flight per lane
+// Device code's tuning (core/tuning.h); the host's is launch_tuning().padding.
+constexpr int64_t kSlotChunk = cuda::kTuning.padding.to_padded_chunk;
+constexpr int kPadUnroll = cuda::kTuning.padding.to_padded_unroll;
 
 bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
 
@@ -151,14 +152,16 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
     div.leading = FastDivider::make(static_cast<uint32_t>(a.slot.stride[0]));
   }
   const int64_t m = a.offsets.numel() - 1;
-  const int64_t chunks_per_slot = (a.slot.numel + kSlotChunk - 1) / kSlotChunk;
+  const cuda::PaddingTuning& tuning = cuda::launch_tuning().padding;
+  const int64_t chunks_per_slot = (a.slot.numel + tuning.to_padded_chunk - 1) / tuning.to_padded_chunk;
   const int64_t tasks = m * chunks_per_slot;
-  const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * 8,
-                                           (tasks + cuda::kWarpsPerBlock - 1) / cuda::kWarpsPerBlock);
+  const int64_t warps = cuda::launch_warps_per_block();
+  const int64_t blocks = std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * tuning.to_padded_blocks_per_sm,
+                                           (tasks + warps - 1) / warps);
   dispatch_copy_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto kernel) {
-      kernel<<<static_cast<unsigned>(blocks), cuda::kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      kernel<<<static_cast<unsigned>(blocks), cuda::launch_threads(), 0, c10::cuda::getCurrentCUDAStream()>>>(
           a.values.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), a.sizes.data_ptr<int64_t>(),
           a.values.numel(), a.slot.numel, a.slot.extent[a.slot.dims - 1], div, chunks_per_slot, tasks,
           static_cast<T>(pad_value));

@@ -13,6 +13,7 @@
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 
 namespace octopus {
@@ -38,7 +39,7 @@ OCTOPUS_HD int64_t item_extent(const int64_t* sizes, int64_t i, int dims, int k)
 template <typename T>
 struct FromPaddedOp {
   static constexpr int kVec = 16 / sizeof(T);
-  static constexpr int kUnroll = 2;
+  static constexpr int kUnroll = cuda::kTuning.padding.from_padded_unroll;
   using InVec = Vec<T, kVec>;  // nothing is read from the packed buffer
 
   const T* __restrict__ padded;
@@ -100,7 +101,7 @@ struct FromPaddedOp {
   // rows allow them. The item's number of dimensions is a template argument: with a runtime
   // count the coordinates were indexed by a variable and lived in local memory, the
   // cursor's carries with them (a 224-byte stack frame).
-  static constexpr int kGather = 16;
+  static constexpr int kGather = cuda::kTuning.padding.from_padded_gather;
 
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
     switch (slot.dims) {

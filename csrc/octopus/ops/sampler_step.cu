@@ -17,11 +17,10 @@ struct CudaSamplerBackend {
     const c10::cuda::CUDAGuard guard(a.sample.device());
     if (!metadata.has_value() && a.strategy != Strategy::Plan && a.strategy != Strategy::PlanHost) {
       // Latents of a few MB (a step's usual size) are too few 4096-element tiles to keep every
-      // multiprocessor busy: tiles shrink (down to 512 elements) to ~16 per SM. Measured on the
-      // H100 over 256-32768 for 17-26 MB latents: fewer, longer tiles beat one per resident warp
-      // (each tile pays a search and the coefficient math before its first load).
-      const int64_t per_warp = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * 16);
-      while (a.block_elems > 512 && a.block_elems / 2 >= per_warp) a.block_elems /= 2;
+      // multiprocessor busy: tiles shrink towards tiles_per_sm per SM (core/tuning.h).
+      const cuda::SamplerStepTuning& tuning = cuda::launch_tuning().sampler_step;
+      const int64_t per_tile = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * tuning.tiles_per_sm);
+      while (a.block_elems > tuning.min_tile_elems && a.block_elems / 2 >= per_tile) a.block_elems /= 2;
     }
     const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
                                          build_plan_cuda);

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/sampler_step_layout.h"
 
@@ -289,11 +290,11 @@ struct SamplerStepOp {
   static constexpr bool kMayHistory = kInputs == StepInputs::History || kInputs == StepInputs::Any;
   static constexpr bool kMayCorrect = kInputs == StepInputs::Any;  // history2 and last_sample
   static constexpr int kVec = 16 / sizeof(scalar_t);
-  static constexpr int kUnroll = 2;
+  static constexpr int kUnroll = cuda::kTuning.sampler_step.unroll;
   // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
-  // functor is compiled for two blocks per SM, the others for three (80 registers; measured
-  // as fast as four, whose 64-register cap spills more).
-  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any ? 2 : 3;
+  // functor is compiled for fewer blocks per SM than the others (core/tuning.h).
+  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any ? cuda::kTuning.sampler_step.min_blocks_per_sm_general
+                                                                    : cuda::kTuning.sampler_step.min_blocks_per_sm;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;

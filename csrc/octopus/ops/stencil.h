@@ -25,6 +25,7 @@
 #include "octopus/core/dtypes.h"
 #include "octopus/core/fast_divide.h"
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 
 namespace octopus {
@@ -47,11 +48,10 @@ struct Stencil3x3Op {
   // One element per lane (consecutive lanes, consecutive pixels: every neighbour read is
   // coalesced, and rows above and below hit the cache lines the neighbouring warps read).
   static constexpr int kVec = 1;
-  static constexpr int kUnroll = 2;
+  static constexpr int kUnroll = cuda::kTuning.stencil.unroll;
   // The staged walk (the item's two dividers, a channel's kernel and the 3 x 3 window in
-  // registers) takes about 80 registers: 3 blocks per multiprocessor instead of 4 (sm_90: a
-  // few bytes spill at 80, far more at 64, which measured slower).
-  static constexpr int kMinBlocksPerSm = 3;
+  // registers) takes about 80 registers: fewer blocks per multiprocessor than the driver's.
+  static constexpr int kMinBlocksPerSm = cuda::kTuning.stencil.min_blocks_per_sm;
   using InVec = Vec<in_t, 1>;
 
   const in_t* __restrict__ in;
@@ -95,9 +95,10 @@ struct Stencil3x3Op {
   OCTOPUS_HD void store(const Item& it, int64_t g, const InVec&) const { one(it, g); }
 
 #ifdef __CUDACC__
-  // The staged runs' shared memory: a slice of 5632 bytes per warp of the driver's blocks.
-  static constexpr int kStageWarps = 8;  // the driver's warps per block (checked in stencil.cu)
-  static constexpr int kStageElems = 5632 / sizeof(acc_t);  // 44 KB per block
+  // The staged runs' shared memory: a slice per warp of the driver's blocks (44 KB per
+  // block on sm_90).
+  static constexpr int kStageWarps = cuda::kTuning.driver.threads / 32;
+  static constexpr int kStageElems = cuda::kTuning.stencil.stage_bytes_per_warp / sizeof(acc_t);
 
   // The GPU driver's plan and block_search runs. The forward stencil of an item whose rows
   // fit three at a time in the warp's slice is staged (staged_segment); otherwise lane l
@@ -225,7 +226,7 @@ struct Stencil3x3Op {
       __pipeline_commit();
       __pipeline_wait_prior(0);
     } else {
-      constexpr int kUnrollLoads = 2;
+      constexpr int kUnrollLoads = cuda::kTuning.stencil.stage_load_unroll;
       constexpr uint32_t kV = 16 / sizeof(in_t);
       using V = Vec<in_t, kV>;
       // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.

@@ -15,8 +15,6 @@
 namespace octopus {
 namespace {
 
-constexpr int kMaxSplits = 64;
-
 template <typename T>
 __global__ void __launch_bounds__(cuda::kThreads) tile_stats_kernel(
     const T* __restrict__ image, int64_t channels, int64_t height, int64_t width, const int64_t* __restrict__ tiles,
@@ -49,7 +47,7 @@ __global__ void __launch_bounds__(cuda::kThreads) tile_stats_kernel(
   const int64_t nv = vectors ? (b.w - head) / kV : 0;
   const int64_t tail = head + nv * kV;
   // A warp per row, kRows rows (a stride apart) at a time so that their loads are in flight together.
-  constexpr int kRows = 2;
+  constexpr int kRows = cuda::kTuning.stats.tile_rows;
   const int64_t stride = int64_t{splits} * cuda::kWarpsPerBlock;
   for (int64_t r = int64_t{split} * cuda::kWarpsPerBlock + warp; r < rows; r += kRows * stride) {
     const T* line[kRows];
@@ -125,14 +123,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cuda(const at::Tensor&
   TORCH_CHECK_VALUE(num_tiles < (int64_t{1} << 31), "at most 2^31 - 1 tiles, got ", num_tiles);
   // Accumulators: sum (float64), count above (uint64), blocks arrived (uint32, padded to 64 bits).
   const at::Tensor work = at::zeros({3, num_tiles}, image.options().dtype(at::kLong));
-  // Splits per tile: about 16 blocks per multiprocessor over the whole image.
-  const int64_t splits = std::clamp<int64_t>((int64_t{cuda::multiprocessor_count()} * 16 + num_tiles - 1) / num_tiles,
-                                             1, kMaxSplits);
+  // Splits per tile: about tile_blocks_per_sm blocks per multiprocessor over the whole image.
+  const cuda::StatsTuning& tuning = cuda::launch_tuning().stats;
+  const int64_t splits = std::clamp<int64_t>(
+      (int64_t{cuda::multiprocessor_count()} * tuning.tile_blocks_per_sm + num_tiles - 1) / num_tiles, 1,
+      tuning.tile_max_splits);
   dispatch_values_dtype(a.image.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     int64_t* w = work.data_ptr<int64_t>();
-    tile_stats_kernel<T><<<dim3(static_cast<unsigned>(num_tiles), static_cast<unsigned>(splits)), cuda::kThreads, 0,
-                           c10::cuda::getCurrentCUDAStream()>>>(
+    tile_stats_kernel<T><<<dim3(static_cast<unsigned>(num_tiles), static_cast<unsigned>(splits)),
+                           cuda::launch_threads(), 0, c10::cuda::getCurrentCUDAStream()>>>(
         a.image.data_ptr<T>(), a.channels, a.height, a.width, a.tiles.data_ptr<int64_t>(), threshold, a.bounds,
         reinterpret_cast<double*>(w), reinterpret_cast<unsigned long long*>(w + num_tiles),
         reinterpret_cast<unsigned int*>(w + 2 * num_tiles), a.mean.data_ptr<double>(), a.fraction.data_ptr<double>(),
