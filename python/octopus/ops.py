@@ -214,34 +214,51 @@ def to_padded(batch: RaggedLike, pad_value: float = 0.0, max_size: Optional[Sequ
     return out
 
 
-def from_padded(padded: torch.Tensor, sizes: Union[torch.Tensor, Sequence[Sequence[int]]], *, strategy: str = "auto",
-                block_elems: Optional[int] = None, validate: bool = True) -> RaggedBatch:
+def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Sequence[Sequence[int]]], *,
+                strategy: str = "auto", block_elems: Optional[int] = None, validate: bool = True) -> RaggedBatch:
     """The items of a dense ``[M, *slot]`` tensor as a :class:`RaggedBatch`: item ``i`` is
     the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
-    (on any device) or a list of shapes. With ``validate`` an item larger than its slot is an
-    error; without, its elements outside the slot read as 0. Differentiable."""
+    (on any device), a list of shapes, or a :class:`RaggedBatch` on ``padded``'s device whose
+    layout the result takes (its offsets, sizes and cached plans: nothing is computed or
+    copied on the host, the fast way back after ``to_padded(batch)``). With ``validate`` an
+    item larger than its slot is an error; without, its elements outside the slot read as 0.
+    Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
         raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
-    if isinstance(sizes, torch.Tensor):
-        host_sizes = sizes.to("cpu")
-    else:
-        host_sizes = torch.as_tensor(sizes, dtype=torch.int64, device="cpu")
-    if host_sizes.dtype != torch.int64:
-        raise TypeError(f"sizes must be int64, got {host_sizes.dtype}")
-    if host_sizes.dim() != 2 or host_sizes.shape[0] != padded.shape[0] or host_sizes.shape[1] != padded.dim() - 1:
+    if isinstance(sizes, RaggedBatch):
+        return _from_padded_like(padded, sizes, strategy, block_elems, validate)
+    given = sizes if isinstance(sizes, torch.Tensor) else torch.as_tensor(sizes, dtype=torch.int64, device="cpu")
+    if given.dtype != torch.int64:
+        raise TypeError(f"sizes must be int64, got {given.dtype}")
+    if given.dim() != 2 or given.shape[0] != padded.shape[0] or given.shape[1] != padded.dim() - 1:
         raise ValueError(f"sizes must have shape [M, D] = {format_shape((padded.shape[0], padded.dim() - 1))} for "
-                         f"padded of shape {format_shape(padded.shape)}, got {format_shape(host_sizes.shape)}")
-    if (host_sizes < 0).any():
+                         f"padded of shape {format_shape(padded.shape)}, got {format_shape(given.shape)}")
+    # The offsets are summed where padded lives (on a GPU: no host pass over M items, no
+    # offsets to copy); one small read gives the element count and the sign check.
+    dev_sizes = given.to(padded.device)
+    dev_offsets = torch.zeros(given.shape[0] + 1, dtype=torch.int64, device=padded.device)
+    torch.cumsum(dev_sizes.prod(dim=1), 0, out=dev_offsets[1:])
+    num_values, negative = torch.stack((dev_offsets[-1], (dev_sizes < 0).sum())).tolist()
+    if negative:
         raise ValueError("sizes must be non-negative")
-    offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)
-    offsets[1:] = host_sizes.prod(dim=1).cumsum(0)
-    num_values = int(offsets[-1])
-    dev_offsets, dev_sizes = offsets.to(padded.device), host_sizes.to(padded.device)
     strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
     block_elems = resolve_block_elems(block_elems)
     # The layout alone (its values a zero-stride placeholder) builds and caches the metadata.
     layout = RaggedBatch(padded.new_empty((1,)).expand(num_values), dev_offsets, dev_sizes, validate=False)
-    layout._host_layout = (offsets, host_sizes)
     values = torch.ops.octopus.from_padded(padded, dev_offsets, dev_sizes, num_values, strategy, block_elems,
                                            layout.metadata(strategy, block_elems), validate)
     return layout.with_values(values)
+
+
+def _from_padded_like(padded: torch.Tensor, like: RaggedBatch, strategy: str, block_elems: Optional[int],
+                      validate: bool) -> RaggedBatch:
+    if padded.dim() - 1 != like.item_dim or padded.shape[0] != len(like):
+        raise ValueError(f"sizes: the batch has {len(like)} items of {like.item_dim} dimensions, so padded must be "
+                         f"[{len(like)}, *slot] with {like.item_dim} slot dimensions, got {format_shape(padded.shape)}")
+    if padded.device != like.device:
+        raise ValueError(f"sizes: the batch is on {like.device}, padded on {padded.device}")
+    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
+    block_elems = resolve_block_elems(block_elems)
+    values = torch.ops.octopus.from_padded(padded, like.offsets, like.sizes, like.numel(), strategy, block_elems,
+                                           like.metadata(strategy, block_elems), validate)
+    return like.with_values(values)  # its layout and cached plans

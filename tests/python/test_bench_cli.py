@@ -46,6 +46,7 @@ def test_all_workloads_end_to_end_on_cpu(tmp_path):
         assert any(m.startswith(f"octopus {s}") for m in methods)
     assert {"copy (ceiling)", "torch repeat_interleave", "torch padded batch", "octopus normalize",
             "torch segment_reduce + repeat_interleave", "octopus to_padded", "octopus from_padded (back)",
+            "octopus from_padded (back, sizes from the host)",
             "torch.nested.to_padded_tensor", "octopus crop_resize", "torch F.interpolate per crop",
             "octopus gaussian_blur (replicate)", "octopus depthwise_conv3x3 (zero)", "torch conv2d on the padded batch",
             "torch conv2d per image", "octopus tile_filter (stats + keep)", "octopus tile_filter + gather kept tiles",

@@ -50,6 +50,29 @@ def test_to_padded_and_back(device, dtype, dims):
         back = octopus.from_padded(dense, batch.sizes, strategy=strategy, block_elems=64)
         assert torch.equal(back.values, batch.values), strategy
         assert torch.equal(back.offsets, batch.offsets) and torch.equal(back.sizes, batch.sizes)
+        # The batch itself as the layout: the same result, the batch's layout and cached plans.
+        like = octopus.from_padded(dense, batch, strategy=strategy, block_elems=64)
+        assert torch.equal(like.values, batch.values), strategy
+        assert like.offsets is batch.offsets and like.sizes is batch.sizes
+        assert like.metadata(strategy, 64) is batch.metadata(strategy, 64)
+
+
+def test_from_padded_like_a_batch_crops_gathers_and_differentiates(device):
+    batch = make([(3, 4), (0, 2), (5, 1), (2, 6)], device, torch.float64)
+    dense = torch.randn(4, 5, 6, dtype=torch.float64, device=device, requires_grad=True)
+    back = octopus.from_padded(dense, batch)
+    for item, (h, w), slot in zip(back.unbind(), batch.item_shapes(), dense):
+        assert torch.equal(item, slot[:h, :w])
+    back.values.sum().backward()
+    mask = torch.zeros(4, 5, 6, dtype=torch.float64)
+    for i, (h, w) in enumerate(batch.item_shapes()):
+        mask[i, :h, :w] = 1
+    assert torch.equal(dense.grad.cpu(), mask)
+    # Items larger than the slot: an error with validate, zeros outside the slot without.
+    with pytest.raises(ValueError, match="does not fit padded's slot"):
+        octopus.from_padded(torch.zeros(4, 4, 6, dtype=torch.float64, device=device), batch)
+    cropped = octopus.from_padded(torch.ones(4, 4, 6, dtype=torch.float64, device=device), batch, validate=False)
+    assert torch.equal(cropped.unbind()[2].cpu(), torch.tensor([[1.0], [1.0], [1.0], [1.0], [0.0]], dtype=torch.float64))
 
 
 def test_from_padded_of_many_tiny_and_empty_items(device):
@@ -212,6 +235,13 @@ def test_bad_input(device):
         octopus.from_padded(torch.zeros(2, 3, 4, device=device), [[1, 1], [-1, 2]])
     with pytest.raises(ValueError, match="strategy must be one of"):
         octopus.from_padded(torch.zeros(2, 4, 4, device=device), s, strategy="walk")
+    with pytest.raises(ValueError, match=r"sizes: the batch has 2 items of 2 dimensions, so padded must be \[2, \*slot\]"):
+        octopus.from_padded(torch.zeros(3, 3, 4, device=device), batch)
+    with pytest.raises(ValueError, match="sizes: the batch has 2 items of 2 dimensions"):
+        octopus.from_padded(torch.zeros(2, 12, device=device), batch)
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match="sizes: the batch is on cpu, padded on cuda"):
+            octopus.from_padded(torch.zeros(2, 3, 4, device=device), batch.cpu())
     # Without validation an item larger than its slot reads 0 outside it (what to_padded's
     # gradient needs when max_size cropped).
     out = torch.ops.octopus.from_padded(torch.ones(2, 2, 4, device=device), o, s, 16, "search", 0, None, False)
