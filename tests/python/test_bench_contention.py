@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from octopus.bench import contention
 
 
@@ -52,3 +54,14 @@ def test_runs_on_the_cpu(tmp_path):
     assert result["lease_overhead"][0]["backend"] == "simulated" and result["lease_overhead"][0]["python_us"] > 0
     assert result["checkpoint"][0]["checkpoint_us"] > 0
     assert result["batcher"][0]["back_to_back_us_per_request"] > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
+def test_realtime_thread_is_asked_for_and_given_back():
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    with contention.realtime_thread(True) as realtime:
+        assert isinstance(realtime, bool)  # False where the OS refuses (no CAP_SYS_NICE)
+        assert os.sched_getscheduler(0) == (os.SCHED_FIFO if realtime else before[0])
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
+    with contention.realtime_thread(False) as realtime:
+        assert realtime is False and os.sched_getscheduler(0) == before[0]

@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import json
+import os
 import statistics
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -132,11 +134,12 @@ class Runner:
     """Runs the modes: BE work in a thread, the LC job timed from this one."""
 
     def __init__(self, w: Workloads, iterations: int, period_s: float, warmup_s: float, alone_s: float,
-                 lc_wait: str = "sleep"):
+                 lc_wait: str = "sleep", lc_realtime: bool = False):
         self.w = w
         self.iterations = iterations
         self.period_s = period_s
         self.lc_wait = lc_wait
+        self.lc_realtime = lc_realtime
         self.warmup_s = warmup_s
         self.alone_s = alone_s
         self.normal = torch.cuda.Stream()
@@ -211,10 +214,10 @@ class Runner:
     def _measure_lc_sampled(self, launch: Callable[[], None]) -> dict:
         """measure_lc, with the GPU's mean SM clock and power over it (NVML): a GPU at its
         power cap runs every kernel, the LC job's too, at a lower clock."""
-        with GpuSampler(torch.device("cuda")) as gpu:
+        with GpuSampler(torch.device("cuda")) as gpu, realtime_thread(self.lc_realtime) as realtime:
             row = self.measure_lc(launch)
         return dict(row, sm_clock_mhz=gpu.mean("sm_clock_mhz"), power_w=gpu.mean("power_w"),
-                    power_capped_share=gpu.mean("power_capped"))
+                    power_capped_share=gpu.mean("power_capped"), lc_realtime=realtime)
 
     # -- the BE work --------------------------------------------------------------------
 
@@ -334,6 +337,26 @@ class Runner:
         return row
 
 
+@contextlib.contextmanager
+def realtime_thread(wanted: bool) -> Iterator[bool]:
+    """The calling thread at the lowest real-time priority (Linux SCHED_FIFO 1) inside the
+    block, where asked and allowed (CAP_SYS_NICE); yields whether it is. Other threads and
+    processes then no longer delay its wake-ups; it sleeps between jobs, so it takes no core."""
+    if not wanted or not hasattr(os, "sched_setscheduler"):
+        yield False
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, policy, param)
+
+
 def _torch_green_streams(lc_sms: int):
     """Streams of two torch green contexts: the LC's on ``lc_sms`` SMs, the BE's on the rest."""
     from torch.cuda.green_contexts import GreenContext
@@ -443,6 +466,10 @@ def main(argv=None) -> int:
     parser.add_argument("--lc-wait", choices=("sleep", "spin"), default="sleep",
                         help="how the LC thread waits for its next submission: time.sleep, or a busy loop that "
                              "keeps its core awake (the timed part, submission to completion, is the same)")
+    parser.add_argument("--lc-realtime", action="store_true",
+                        help="run the LC thread at real-time priority (Linux SCHED_FIFO 1; needs CAP_SYS_NICE, "
+                             "each row says whether it got it) while it is timed: the host's own scheduling "
+                             "delays out of its tail")
     parser.add_argument("--switch-interval", type=float, default=1e-4,
                         help="sys.setswitchinterval while the modes run (s): how long the LC thread may wait for "
                              "the GIL before it asks the BE thread to drop it")
@@ -469,7 +496,7 @@ def main(argv=None) -> int:
         sys.setswitchinterval(args.switch_interval)
         try:
             runner = Runner(Workloads(device, args.scale), args.iterations, args.period_ms / 1e3, warmup_s=0.25,
-                            alone_s=1.0, lc_wait=args.lc_wait)
+                            alone_s=1.0, lc_wait=args.lc_wait, lc_realtime=args.lc_realtime)
             for mode in modes(args.rows, args.in_flight, args.reserved_sms, args.elements):
                 if args.only and not any(text in mode.name for text in args.only) and "alone" not in mode.name:
                     continue
@@ -501,7 +528,7 @@ def main(argv=None) -> int:
         result = dict(environment=environment(device), target=dict(lc_p99_over_alone=TARGET_P99_RATIO,
                                                                    be_share=TARGET_BE_SHARE),
                       lc_alone_p50_ms=alone_ms, lc_alone_p99_ms=alone_p99_ms, be_alone_units_per_s=be_alone, period_ms=args.period_ms,
-                      switch_interval_s=args.switch_interval, lc_wait=args.lc_wait,
+                      switch_interval_s=args.switch_interval, lc_wait=args.lc_wait, lc_realtime=args.lc_realtime,
                       iterations=args.iterations, modes=rows, lease_overhead=overhead, checkpoint=checkpoints,
                       batcher=batching)
         with open(args.json, "w") as f:
