@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
     const int64_t item = block_item(row.y);
     int64_t g = row.x;
     const int64_t end = g + block_length(row.y);
-    const int64_t begin = __ldg(offsets + item);
-    const int64_t plane = max((__ldg(offsets + item + 1) - begin) / planes, int64_t{1});  // >= 1 whatever the input
+    const int64_t begin = __ldg(offsets + item), item_end = __ldg(offsets + item + 1);
+    const int64_t plane = max((item_end - begin) / planes, int64_t{1});  // >= 1 whatever the input
     while (g < end) {  // one piece per channel plane the block touches
       const int64_t c = min((g - begin) / plane, planes - 1);
       const int64_t piece_end = c == planes - 1 ? end : min(end, begin + (c + 1) * plane);
@@ -110,10 +110,22 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
       hi = warp_min_max(hi, true);
       if (lane == 0) {
         double* a = acc + (item * planes + c) * kNumStats;
-        atomicAdd(a + kStatSum, s1);
-        atomicAdd(a + kStatM2, s2);
-        atomic_min_max(a + kStatMin, lo, false);
-        atomic_min_max(a + kStatMax, hi, true);
+        // A piece that is its whole plane (every plane of items up to a block long) is the
+        // plane's only contribution: plain stores, not four atomics (two of them CAS loops
+        // of two round trips each to L2).
+        const int64_t plane_end = c == planes - 1 ? item_end : begin + (c + 1) * plane;
+        const bool whole_plane = g == begin + c * plane && piece_end == plane_end;
+        if (whole_plane) {
+          a[kStatSum] = s1;
+          a[kStatM2] = s2;
+          a[kStatMin] = lo;
+          a[kStatMax] = hi;
+        } else {
+          atomicAdd(a + kStatSum, s1);
+          atomicAdd(a + kStatM2, s2);
+          atomic_min_max(a + kStatMin, lo, false);
+          atomic_min_max(a + kStatMax, hi, true);
+        }
       }
       g = piece_end;
     }
