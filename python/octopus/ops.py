@@ -235,7 +235,7 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
                          f"padded of shape {format_shape(padded.shape)}, got {format_shape(given.shape)}")
     # The offsets are summed where padded lives (on a GPU: no host pass over M items, no
     # offsets to copy); one small read gives the element count and the sign check.
-    dev_sizes = given.to(padded.device)
+    dev_sizes = given.to(padded.device).contiguous()
     dev_offsets = torch.zeros(given.shape[0] + 1, dtype=torch.int64, device=padded.device)
     torch.cumsum(dev_sizes.prod(dim=1), 0, out=dev_offsets[1:])
     num_values, negative = torch.stack((dev_offsets[-1], (dev_sizes < 0).sum())).tolist()

@@ -134,9 +134,9 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
 
 int64_t grid_for(int64_t rows) {
   const int64_t warps = cuda::launch_warps_per_block();
-  return std::max<int64_t>(
-      1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * cuda::launch_tuning().crop_resize.backward_blocks_per_sm,
-                           (rows + warps - 1) / warps));
+  const int64_t per_sm = cuda::launch_tuning().crop_resize.backward_blocks_per_sm;
+  return std::max<int64_t>(1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * per_sm,
+                                                (rows + warps - 1) / warps));
 }
 
 bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }

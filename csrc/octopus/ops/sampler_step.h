@@ -293,8 +293,9 @@ struct SamplerStepOp {
   static constexpr int kUnroll = cuda::kTuning.sampler_step.unroll;
   // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
   // functor is compiled for fewer blocks per SM than the others (core/tuning.h).
-  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any ? cuda::kTuning.sampler_step.min_blocks_per_sm_general
-                                                                    : cuda::kTuning.sampler_step.min_blocks_per_sm;
+  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any
+                                            ? cuda::kTuning.sampler_step.min_blocks_per_sm_general
+                                            : cuda::kTuning.sampler_step.min_blocks_per_sm;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
