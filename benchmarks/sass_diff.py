@@ -31,19 +31,30 @@ def without_hashes(name: str) -> str:
     return "".join(out) + name[i:]
 
 
+HEADER = ("identifier", "code for", "Fatbin", "=====", "arch =", "code version", "host =", "compile_size")
+
+
 def kernels(library: str) -> dict:
-    out = subprocess.run(["cuobjdump", "-sass", library], capture_output=True, text=True, check=True).stdout
+    """{(architecture, kernel name): its SASS lines} of a library."""
+    return parse(subprocess.run(["cuobjdump", "-sass", library], capture_output=True, text=True, check=True).stdout)
+
+
+def parse(text: str) -> dict:
     funcs: dict = {}
-    name = None
-    for line in out.splitlines():
+    arch, key = "?", None
+    for line in text.splitlines():
+        code_for = re.search(r"code for (sm_\w+)", line)
+        if code_for:
+            arch = code_for.group(1)
+            continue
         match = re.match(r"\s*Function : (\S+)", line)
         if match:
-            name = without_hashes(match.group(1))
-            funcs[name] = []
+            key = (arch, without_hashes(match.group(1)))
+            funcs[key] = []
             continue
-        line = re.sub(r"/\*[0-9a-fx]+\*/", "", line).strip()
-        if name is not None and line and not line.startswith(("identifier", "code for", "Fatbin", "=====")):
-            funcs[name].append(line)
+        line = re.sub(r"/\*\s*[0-9a-fx]+\s*\*/", "", line).strip()  # addresses and encodings
+        if key is not None and line and not line.startswith(HEADER):
+            funcs[key].append(line)
     return funcs
 
 
@@ -56,17 +67,17 @@ def main(argv=None) -> int:
     base, new = kernels(args.base), kernels(args.new)
     for rule in args.rename:
         old, _, replacement = rule.partition("=")
-        base = {re.sub(old, replacement, k): v for k, v in base.items()}
+        base = {(arch, re.sub(old, replacement, name)): v for (arch, name), v in base.items()}
     common = sorted(set(base) & set(new))
     different = [k for k in common if base[k] != new[k]]
     print(f"kernels: base {len(base)}, new {len(new)}, in both {len(common)}, "
           f"identical SASS {len(common) - len(different)}")
     for label, names in (("only in base", set(base) - set(new)), ("only in new", set(new) - set(base))):
-        for k in sorted(names):
-            print(f"{label}: {k}")
+        for arch, name in sorted(names):
+            print(f"{label}: {arch} {name}")
     for k in different:
         diff = list(difflib.unified_diff(base[k], new[k], lineterm="", n=0))
-        print(f"different: {k} ({len(base[k])} / {len(new[k])} lines, {len(diff)} diff lines)")
+        print(f"different: {k[0]} {k[1]} ({len(base[k])} / {len(new[k])} lines, {len(diff)} diff lines)")
         print("\n".join(diff[:12]))
     return 0 if not different and set(base) == set(new) else 1
 

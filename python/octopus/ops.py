@@ -219,10 +219,12 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     """The items of a dense ``[M, *slot]`` tensor as a :class:`RaggedBatch`: item ``i`` is
     the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
     (on any device), a list of shapes, or a :class:`RaggedBatch` on ``padded``'s device whose
-    layout the result takes (its offsets, sizes and cached plans: nothing is computed or
-    copied on the host, the fast way back after ``to_padded(batch)``). With ``validate`` an
-    item larger than its slot is an error; without, its elements outside the slot read as 0.
-    Differentiable."""
+    layout the result takes (its offsets, sizes and cached plans: nothing is computed on the
+    host, the fast way back after ``to_padded(batch)``). A sizes tensor has its offsets summed
+    on ``padded``'s device (one small read back) and, where it is already a contiguous int64
+    tensor there, becomes the result's ``sizes`` without a copy. With ``validate`` an item
+    larger than its slot is an error (one check read back); without, its elements outside the
+    slot read as 0. Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
         raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
     if isinstance(sizes, RaggedBatch):

@@ -10,7 +10,7 @@
 //    (the PTX version of octopus's kernels there, read as CUB reads it).
 // So a value may differ between architectures only where it is read this way: never as a
 // template argument chosen on the host (the host's instantiation would not exist in the
-// device code) and never in host code through kTuning. cuda_tuning() in Python shows both
+// device code) and never in host code through kTuning. octopus.kernel_tuning() shows both
 // readers' values for a device; the CUDA tests compare them.
 //
 // Only Hopper's values were measured (H100, the benchmark and the register reports of

@@ -1,8 +1,9 @@
 // octopus::item_stats — the CUDA kernel. Reductions run over the block plan, whose blocks
 // never cross items: a warp takes a plan block, splits it where channel planes begin,
 // accumulates each piece in float64 (shifted by the plane's first element), reduces
-// across the warp and adds the partial sums into its (item, channel) with atomics. A
-// second small kernel turns the sums into (sum, M2, min, max).
+// across the warp and adds the partial sums into its (item, channel) with atomics, or
+// stores them where its piece is the whole plane. A second small kernel turns the sums
+// into (sum, M2, min, max).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>

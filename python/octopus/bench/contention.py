@@ -341,7 +341,9 @@ class Runner:
 def realtime_thread(wanted: bool) -> Iterator[bool]:
     """The calling thread at the lowest real-time priority (Linux SCHED_FIFO 1) inside the
     block, where asked and allowed (CAP_SYS_NICE); yields whether it is. Other threads and
-    processes then no longer delay its wake-ups; it sleeps between jobs, so it takes no core."""
+    processes then no longer delay its wake-ups. With ``--lc-wait sleep`` it sleeps between
+    jobs; with ``spin`` (and while CUDA spin-waits for its job) it holds its core, and a
+    thread of normal priority on that core waits."""
     if not wanted or not hasattr(os, "sched_setscheduler"):
         yield False
         return
