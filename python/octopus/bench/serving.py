@@ -38,8 +38,9 @@ scheduler step (CUDA events around the step(s) and the iteration), mean batch, G
 utilization and SM clock (NVML, sampled every 50 ms). Also: each high-priority request's
 latency alone (unloaded); with ``octopus-lane-yield``, at each rate, the high-priority
 requests by themselves at their arrival times (``high-priority only``: what they cost one
-another in their lane, whatever happens to the rest); and one scenario where continuous batching has little to win (``single``: a
-quarter as many requests, every one of the largest shape, DDIM, the most steps). Raw JSON
+another in their lane, whatever happens to the rest); and one scenario where continuous
+batching has little to win (``single``: a quarter as many requests, every one of the largest
+shape, DDIM, the most steps). Raw JSON
 and a latency-vs-throughput plot go to ``--out``. With the defaults the run takes about 6
 minutes on an H100.
 """
