@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <array>
-#include <mutex>
 
 namespace octopus::cuda {
 namespace {
@@ -19,42 +18,28 @@ __global__ void compiled_tuning_kernel(ArchTuning* out) { *out = kTuning; }
 
 constexpr int kMaxDevices = 64;
 
-// Each device's architecture and tuning, read once, whichever thread launches first.
-struct PerDevice {
-  std::array<std::once_flag, kMaxDevices> once;
-  std::array<int, kMaxDevices> arch{};
-  std::array<ArchTuning, kMaxDevices> tuning{};
-};
-
-// The current device, its entry filled.
-int known_current_device(PerDevice& state) {
-  const int device = c10::cuda::current_device();
-  TORCH_CHECK(device >= 0 && device < kMaxDevices, "octopus supports CUDA devices 0 to ", kMaxDevices - 1,
-              ", got device ", device);
-  std::call_once(state.once[device], [&] {
-    cudaFuncAttributes attributes{};
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, arch_probe_kernel));
-    state.arch[device] = attributes.ptxVersion * 10;  // 90 -> 900, as __CUDA_ARCH__ counts
-    state.tuning[device] = tuning_for(state.arch[device]);
-  });
-  return device;
-}
-
-PerDevice& per_device() {
-  static PerDevice state;
-  return state;
-}
-
 }  // namespace
 
 int launch_arch() {
-  PerDevice& state = per_device();
-  return state.arch[known_current_device(state)];
+  static std::array<int, kMaxDevices> arch{};
+  const int device = c10::cuda::current_device();
+  if (arch[device] == 0) {
+    cudaFuncAttributes attributes{};
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, arch_probe_kernel));
+    arch[device] = attributes.ptxVersion * 10;  // 90 -> 900, as __CUDA_ARCH__ counts
+  }
+  return arch[device];
 }
 
 const ArchTuning& launch_tuning() {
-  PerDevice& state = per_device();
-  return state.tuning[known_current_device(state)];
+  static std::array<ArchTuning, kMaxDevices> tunings{};
+  static std::array<bool, kMaxDevices> known{};
+  const int device = c10::cuda::current_device();
+  if (!known[device]) {
+    tunings[device] = tuning_for(launch_arch());
+    known[device] = true;
+  }
+  return tunings[device];
 }
 
 ArchTuning compiled_tuning() {
