@@ -227,8 +227,25 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     slot read as 0. Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
         raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
-    if isinstance(sizes, RaggedBatch):
-        return _from_padded_like(padded, sizes, strategy, block_elems, validate)
+    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
+    block_elems = resolve_block_elems(block_elems)
+    layout = _batch_layout(padded, sizes) if isinstance(sizes, RaggedBatch) else _sizes_layout(padded, sizes)
+    values = torch.ops.octopus.from_padded(padded, layout.offsets, layout.sizes, layout.numel(), strategy, block_elems,
+                                           layout.metadata(strategy, block_elems), validate)
+    return layout.with_values(values)  # the layout's cached plans too
+
+
+def _batch_layout(padded: torch.Tensor, like: RaggedBatch) -> RaggedBatch:
+    if padded.dim() - 1 != like.item_dim or padded.shape[0] != len(like):
+        raise ValueError(f"sizes: the batch has {len(like)} items of {like.item_dim} dimensions, so padded must be "
+                         f"[{len(like)}, *slot] with {like.item_dim} slot dimensions, got {format_shape(padded.shape)}")
+    if padded.device != like.device:
+        raise ValueError(f"sizes: the batch is on {like.device}, padded on {padded.device}")
+    return like
+
+
+def _sizes_layout(padded: torch.Tensor, sizes: Union[torch.Tensor, Sequence[Sequence[int]]]) -> RaggedBatch:
+    """A layout of the given sizes on padded's device (its values a zero-stride placeholder)."""
     given = sizes if isinstance(sizes, torch.Tensor) else torch.as_tensor(sizes, dtype=torch.int64, device="cpu")
     if given.dtype != torch.int64:
         raise TypeError(f"sizes must be int64, got {given.dtype}")
@@ -243,24 +260,4 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     num_values, negative = torch.stack((dev_offsets[-1], (dev_sizes < 0).sum())).tolist()
     if negative:
         raise ValueError("sizes must be non-negative")
-    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
-    block_elems = resolve_block_elems(block_elems)
-    # The layout alone (its values a zero-stride placeholder) builds and caches the metadata.
-    layout = RaggedBatch(padded.new_empty((1,)).expand(num_values), dev_offsets, dev_sizes, validate=False)
-    values = torch.ops.octopus.from_padded(padded, dev_offsets, dev_sizes, num_values, strategy, block_elems,
-                                           layout.metadata(strategy, block_elems), validate)
-    return layout.with_values(values)
-
-
-def _from_padded_like(padded: torch.Tensor, like: RaggedBatch, strategy: str, block_elems: Optional[int],
-                      validate: bool) -> RaggedBatch:
-    if padded.dim() - 1 != like.item_dim or padded.shape[0] != len(like):
-        raise ValueError(f"sizes: the batch has {len(like)} items of {like.item_dim} dimensions, so padded must be "
-                         f"[{len(like)}, *slot] with {like.item_dim} slot dimensions, got {format_shape(padded.shape)}")
-    if padded.device != like.device:
-        raise ValueError(f"sizes: the batch is on {like.device}, padded on {padded.device}")
-    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
-    block_elems = resolve_block_elems(block_elems)
-    values = torch.ops.octopus.from_padded(padded, like.offsets, like.sizes, like.numel(), strategy, block_elems,
-                                           like.metadata(strategy, block_elems), validate)
-    return like.with_values(values)  # its layout and cached plans
+    return RaggedBatch(padded.new_empty((1,)).expand(num_values), dev_offsets, dev_sizes, validate=False)
