@@ -120,9 +120,9 @@ def format_report(result: dict, describe) -> str:
     return "\n".join(lines)
 
 
-def autotune_verdicts(rows: List[Dict], strategy: str, block: int, tolerance: float = 1.05) -> List[Dict]:
-    """Per (workload, distribution): was autotune's choice within ``tolerance`` of the
-    fastest octopus strategy measured there (by total time)?"""
+def autotune_verdicts(rows: List[Dict], strategy: str, block: int, tolerance: float = 1.03) -> List[Dict]:
+    """Per (workload, distribution): was autotune's choice within ``tolerance`` (a ratio:
+    1.03 is 3%) of the fastest octopus strategy measured there (by total time)?"""
     groups: Dict[tuple, List[Dict]] = {}
     for r in rows:
         if r["strategy"] is not None and r["total_ms"] is not None:
@@ -135,7 +135,7 @@ def autotune_verdicts(rows: List[Dict], strategy: str, block: int, tolerance: fl
         best = min(group, key=lambda r: r["total_ms"])
         verdicts.append(dict(workload=workload, distribution=dist, chosen_ms=chosen[0]["total_ms"],
                              best=best["method"], best_ms=best["total_ms"],
-                             right=chosen[0]["total_ms"] <= tolerance * best["total_ms"]))
+                             tolerance=tolerance, right=chosen[0]["total_ms"] <= tolerance * best["total_ms"]))
     return verdicts
 
 
