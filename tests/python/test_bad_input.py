@@ -121,6 +121,33 @@ def test_unvalidated_bad_offsets_leave_the_cuda_context_working(strategy):
         torch.testing.assert_close(g, w)
 
 
+def test_hand_made_plan_with_blocks_outside_their_item_stays_in_bounds(device):
+    """A plan passed in is checked for its shape only: a block that starts before its item
+    (here all 63 elements claimed by item 1, which starts at element 60) gives wrong values,
+    never parameters read from outside the scale and bias tensors."""
+    values = torch.rand(63, device=device)
+    offsets = torch.tensor([0, 60, 63], device=device)  # item 0: 3 planes of 20, item 1: 3 planes of 1
+    plan = torch.tensor([[1, 4096], [0, (1 << 32) | 63], [0, 0]], device=device)
+    scale = torch.rand(2, 3, device=device) + 1
+    bias = torch.rand(2, 3, device=device)
+    out = torch.ops.octopus.affine(values, offsets, scale, bias, "plan", 4096, plan, True)
+    candidates = values[:, None] * scale.reshape(1, -1) + bias.reshape(1, -1)  # every (item, channel)
+    assert ((out[:, None] - candidates).abs() <= 1e-6 * candidates.abs()).any(1).all()
+
+
+def test_misaligned_plan_is_refused(device):
+    batch = octopus.RaggedBatch.from_tensors([torch.rand(40), torch.rand(8)], device=device)
+    plan = batch.plan(16)
+    storage = torch.zeros(plan.numel() + 1, dtype=torch.int64, device=device)
+    shifted = storage[1:].view(plan.shape)  # contiguous, 8 bytes off a 16-byte boundary
+    shifted.copy_(plan)
+    s = torch.ones(2, device=device)
+    with pytest.raises(ValueError, match="metadata for strategy 'plan' must start on a 16-byte boundary"):
+        torch.ops.octopus.affine(batch.values, batch.offsets, s, s, "plan", 16, shifted)
+    torch.testing.assert_close(torch.ops.octopus.affine(batch.values, batch.offsets, s, s, "plan", 16,
+                                                        shifted.clone()), batch.values + 1)
+
+
 def empty_offsets_calls(device):
     """Every op that takes offsets, called with an empty offsets tensor (and otherwise sane
     arguments): the name of the offsets argument."""

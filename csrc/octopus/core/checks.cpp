@@ -110,6 +110,10 @@ void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy
                         "' must be the plan of this batch built with block_elems=", block_elems,
                         " (int64 of shape (", plan_rows(num_values, m, block_elems), ", 2), from octopus.plan); got ",
                         meta.scalar_type(), " of shape ", format_shape(meta.sizes()));
+      // Kernels read plan rows as 16-byte vectors: a view into another tensor may be misaligned.
+      TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(meta.data_ptr()) % 16 == 0, "metadata for strategy '",
+                        strategy_name(strategy), "' must start on a 16-byte boundary (a tensor of its own, e.g. ",
+                        "metadata.clone())");
       return;
     case Strategy::Lookup:
       TORCH_CHECK_VALUE(meta.scalar_type() == at::kInt && meta.dim() == 1 && meta.numel() == num_values &&
