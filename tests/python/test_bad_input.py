@@ -121,15 +121,47 @@ def test_unvalidated_bad_offsets_leave_the_cuda_context_working(strategy):
         torch.testing.assert_close(g, w)
 
 
-def test_hand_made_plan_with_blocks_outside_their_item_stays_in_bounds(device):
-    """A plan passed in is checked for its shape only: a block that starts before its item
-    (here all 63 elements claimed by item 1, which starts at element 60) gives wrong values,
-    never parameters read from outside the scale and bias tensors."""
-    values = torch.rand(63, device=device)
-    offsets = torch.tensor([0, 60, 63], device=device)  # item 0: 3 planes of 20, item 1: 3 planes of 1
+def hand_made_plan_claiming_item_1(device):
+    """63 values: item 0 holds 3 planes of 20, item 1 3 planes of 1; the plan's one block puts
+    all 63 elements in item 1 (a plan passed in is only shape-checked on the GPU)."""
+    offsets = torch.tensor([0, 60, 63], device=device)
     plan = torch.tensor([[1, 4096], [0, (1 << 32) | 63], [0, 0]], device=device)
-    scale = torch.rand(2, 3, device=device) + 1
-    bias = torch.rand(2, 3, device=device)
+    return torch.rand(63, device=device), offsets, plan
+
+
+def test_cpu_refuses_a_plan_that_misplaces_elements():
+    values, offsets, plan = hand_made_plan_claiming_item_1("cpu")
+    scale = torch.rand(2, 3) + 1
+    with pytest.raises(ValueError, match=r"metadata: plan block 0 puts elements \[0, 63\) in item 1, which holds "
+                                         r"\[60, 63\)"):
+        torch.ops.octopus.affine(values, offsets, scale, scale, "plan", 4096, plan, True)
+    # The stencils index pixels from the item's start: this once crashed the process.
+    sizes = torch.tensor([[3, 4, 5], [3, 1, 1]])
+    with pytest.raises(ValueError, match="metadata: plan block 0"):
+        torch.ops.octopus.stencil3x3(values, offsets, sizes, torch.ones(3, 9) / 9, "replicate", "plan", 4096, plan,
+                                     True)
+    bad_count = plan.clone()
+    bad_count[0, 0] = 5
+    with pytest.raises(ValueError, match="row 0 says 5 blocks, and it has room for 2"):
+        torch.ops.octopus.affine(values, offsets, scale, scale, "plan", 4096, bad_count, True)
+    table = torch.ops.octopus.lookup_table(offsets, 63)
+    table[7] = 1
+    with pytest.raises(ValueError, match=r"the lookup table puts element 7 in item 1, which holds \[60, 63\)"):
+        torch.ops.octopus.affine(values, offsets, scale, scale, "lookup", 0, table, True)
+    table[7] = 9
+    with pytest.raises(ValueError, match="item 9, which is not one of the batch's 2 items"):
+        torch.ops.octopus.affine(values, offsets, scale, scale, "lookup", 0, table, True)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_cuda_plan_that_misplaces_elements_stays_in_bounds():
+    """On the GPU a plan passed in is checked for its shape only (its contents would need a
+    synchronization): elements it misplaces get wrong values, never parameters read from
+    outside the scale and bias tensors."""
+    values, offsets, plan = hand_made_plan_claiming_item_1("cuda")
+    scale = torch.rand(2, 3, device="cuda") + 1
+    bias = torch.rand(2, 3, device="cuda")
     out = torch.ops.octopus.affine(values, offsets, scale, bias, "plan", 4096, plan, True)
     candidates = values[:, None] * scale.reshape(1, -1) + bias.reshape(1, -1)  # every (item, channel)
     assert ((out[:, None] - candidates).abs() <= 1e-6 * candidates.abs()).any(1).all()

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+
 #include "octopus/core/plan.h"
 
 namespace octopus {
@@ -94,6 +96,45 @@ int64_t check_item_params(const at::Tensor& param, const char* name, int64_t num
   return param.dim() == 2 ? param.size(1) : 0;
 }
 
+namespace {
+
+// A plan or lookup table on the CPU, row by row against the offsets: there a wrong one would
+// put elements in an item that does not hold them (functors such as the stencils then index
+// from the wrong item's start), and a full check costs no more than the op.
+void check_metadata_contents_cpu(const at::Tensor& meta, Strategy strategy, const at::Tensor& offsets_in,
+                                 int64_t num_values) {
+  const at::Tensor offsets = offsets_in.contiguous();
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  const int64_t m = offsets.numel() - 1;
+  const auto holds = [&](int64_t item, int64_t begin, int64_t end) {
+    return item >= 0 && item < m && off[item] <= begin && end <= off[item + 1];
+  };
+  const auto extent = [&](int64_t item) {
+    return item >= 0 && item < m ? "holds [" + std::to_string(off[item]) + ", " + std::to_string(off[item + 1]) + ")"
+                                 : "is not one of the batch's " + std::to_string(m) + " items";
+  };
+  if (strategy == Strategy::Lookup) {
+    const int32_t* ids = meta.data_ptr<int32_t>();
+    for (int64_t g = 0; g < num_values; ++g) {
+      TORCH_CHECK_VALUE(holds(ids[g], g, g + 1), "metadata: the lookup table puts element ", g, " in item ", ids[g],
+                        ", which ", extent(ids[g]), " (pass metadata=None, or the table octopus built)");
+    }
+    return;
+  }
+  const int64_t* plan = meta.data_ptr<int64_t>();
+  const int64_t count = plan[0];
+  TORCH_CHECK_VALUE(count >= 0 && count < meta.size(0), "metadata: the plan's row 0 says ", count,
+                    " blocks, and it has room for ", meta.size(0) - 1);
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t begin = plan[2 * (j + 1)], packed = plan[2 * (j + 1) + 1];
+    const int64_t item = block_item(packed), end = begin + block_length(packed);
+    TORCH_CHECK_VALUE(holds(item, begin, end), "metadata: plan block ", j, " puts elements [", begin, ", ", end,
+                      ") in item ", item, ", which ", extent(item), " (pass metadata=None, or a plan octopus built)");
+  }
+}
+
+}  // namespace
+
 void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy, const at::Tensor& offsets,
                     int64_t num_values, int64_t block_elems) {
   if (!metadata.has_value()) return;
@@ -114,6 +155,7 @@ void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy
       TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(meta.data_ptr()) % 16 == 0, "metadata for strategy '",
                         strategy_name(strategy), "' must start on a 16-byte boundary (a tensor of its own, e.g. ",
                         "metadata.clone())");
+      if (meta.is_cpu()) check_metadata_contents_cpu(meta, strategy, offsets, num_values);
       return;
     case Strategy::Lookup:
       TORCH_CHECK_VALUE(meta.scalar_type() == at::kInt && meta.dim() == 1 && meta.numel() == num_values &&
@@ -121,6 +163,7 @@ void check_metadata(const c10::optional<at::Tensor>& metadata, Strategy strategy
                         "metadata for strategy 'lookup' must be this batch's item table (int32 of shape (", num_values,
                         ",), from octopus.lookup_table); got ", meta.scalar_type(), " of shape ",
                         format_shape(meta.sizes()));
+      if (meta.is_cpu()) check_metadata_contents_cpu(meta, strategy, offsets, num_values);
       return;
     case Strategy::Search:
     case Strategy::BlockSearch:
