@@ -184,14 +184,14 @@ def test_autotune_verdicts_judge_the_choice_within_three_percent():
     def r(dist, strategy, block, total):
         return dict(workload="affine", distribution=dist, method=f"octopus {strategy} b={block}", strategy=strategy,
                     block_elems=block, total_ms=total)
-    rows = [r("tiny", "plan", 4096, 1.029), r("tiny", "tiles", 4096, 1.0),
-            r("heavytail", "plan", 4096, 1.031), r("heavytail", "tiles", 4096, 1.0),
-            r("normal", "plan", 4096, 0.9), r("normal", "tiles", 4096, 1.0),
-            r("small", "tiles", 4096, 1.0), dict(r("small", None, None, 0.1), method="copy (ceiling)")]
+    rows = [r("tiny", "plan", 4096, 1.029), r("tiny", "block_search", 4096, 1.0),
+            r("heavytail", "plan", 4096, 1.031), r("heavytail", "block_search", 4096, 1.0),
+            r("normal", "plan", 4096, 0.9), r("normal", "block_search", 4096, 1.0),
+            r("small", "block_search", 4096, 1.0), dict(r("small", None, None, 0.1), method="copy (ceiling)")]
     verdicts = {v["distribution"]: v for v in report.autotune_verdicts(rows, "plan", 4096)}
     assert set(verdicts) == {"tiny", "heavytail", "normal"}  # "small" never measured the choice
     assert verdicts["tiny"]["right"] and not verdicts["heavytail"]["right"] and verdicts["normal"]["right"]
-    assert verdicts["heavytail"]["best"] == "octopus tiles b=4096" and verdicts["heavytail"]["tolerance"] == 1.03
+    assert verdicts["heavytail"]["best"] == "octopus block_search b=4096" and verdicts["heavytail"]["tolerance"] == 1.03
     assert verdicts["normal"]["best_ms"] == 0.9  # the copy ceiling is not a strategy
 
 
