@@ -115,7 +115,7 @@ def run_padding(sizes: torch.Tensor, measurer: Measurer, copy_gbs: float, repeat
         row("octopus from_padded (back)", r, strategy=strategy, moved=back_bytes, note=note)
     r = measurer.measure(lambda: octopus.from_padded(dense, clipped, validate=False), repeats=repeats)
     row("octopus from_padded (back, sizes from the host)", r, strategy=strategy, moved=back_bytes,
-        note=note + "; offsets computed and copied, the plan built, every call")
+        note=note + "; offsets summed on the device and the plan built, every call")
     if not baselines:
         return rows
     items = batch.unbind()
