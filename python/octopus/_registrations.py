@@ -1,16 +1,43 @@
 """Fake (meta) implementations and autograd formulas of the native ops, so that they
 trace under ``torch.compile(fullgraph=True)`` and differentiate."""
 
+import functools
+import inspect
+
 import torch
 
 from . import _library  # noqa: F401
+
+
+def _register_fake(op):
+    """``torch.library.register_fake(op)`` with the real kernels' device check in front: every
+    tensor argument on the device of the first. A parameter on another device (a ``meta``
+    ``scale`` beside a CPU batch, say) sends the call here, to the fake, which would otherwise
+    return an uninitialized tensor on the batch's device."""
+    def register(fake):
+        signature = inspect.signature(fake)
+
+        @functools.wraps(fake)
+        def checked(*args, **kwargs):
+            tensors = [(name, value) for name, value in signature.bind(*args, **kwargs).arguments.items()
+                       if isinstance(value, torch.Tensor)]
+            first_name, first = tensors[0]
+            for name, value in tensors[1:]:
+                if value.device != first.device:
+                    raise ValueError(f"{name} must be on the device of {first_name} ({first.device}), "
+                                     f"got {value.device}")
+            return fake(*args, **kwargs)
+
+        torch.library.register_fake(op)(checked)
+        return fake
+    return register
 
 
 def _out_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype == torch.uint8 else dtype
 
 
-@torch.library.register_fake("octopus::affine")
+@_register_fake("octopus::affine")
 def _affine_fake(values, offsets, scale, bias, strategy="plan", block_elems=0, metadata=None, validate=True):
     torch._check(values.dim() == 1, lambda: "values must be 1-D")
     torch._check(scale.shape[0] == offsets.shape[0] - 1, lambda: "scale must have num_items rows")
@@ -18,17 +45,17 @@ def _affine_fake(values, offsets, scale, bias, strategy="plan", block_elems=0, m
     return values.new_empty(values.shape, dtype=_out_dtype(values.dtype))
 
 
-@torch.library.register_fake("octopus::plan")
+@_register_fake("octopus::plan")
 def _plan_fake(offsets, num_values, block_elems):
     return offsets.new_empty((num_values // block_elems + offsets.shape[0], 2))
 
 
-@torch.library.register_fake("octopus::lookup_table")
+@_register_fake("octopus::lookup_table")
 def _lookup_table_fake(offsets, num_values):
     return offsets.new_empty((num_values,), dtype=torch.int32)
 
 
-@torch.library.register_fake("octopus::validate_layout")
+@_register_fake("octopus::validate_layout")
 def _validate_layout_fake(offsets, sizes, num_values):
     return None
 
@@ -70,7 +97,7 @@ def _affine_backward(ctx, grad):
 torch.library.register_autograd("octopus::affine", _affine_backward, setup_context=_affine_setup_context)
 
 
-@torch.library.register_fake("octopus::sampler_step")
+@_register_fake("octopus::sampler_step")
 def _sampler_step_fake(model_output, sample, offsets, timesteps, schedules, tables, row_info, row_scalars,
                        sample_rows=None, noise=None, state=None, return_x0=False, strategy="block_search",
                        metadata=None):
@@ -79,13 +106,13 @@ def _sampler_step_fake(model_output, sample, offsets, timesteps, schedules, tabl
     return torch.empty_like(sample), sample.new_empty((sample.shape[0] if return_x0 else 0,))
 
 
-@torch.library.register_fake("octopus::to_padded")
+@_register_fake("octopus::to_padded")
 def _to_padded_fake(values, offsets, sizes, max_shape, pad_value=0.0, validate=True):
     torch._check(len(max_shape) == sizes.shape[1], lambda: "max_shape must have one extent per item dimension")
     return values.new_empty((offsets.shape[0] - 1, *max_shape))
 
 
-@torch.library.register_fake("octopus::from_padded")
+@_register_fake("octopus::from_padded")
 def _from_padded_fake(padded, offsets, sizes, num_values, strategy="plan", block_elems=0, metadata=None,
                       validate=True):
     torch._check(padded.shape[0] == offsets.shape[0] - 1, lambda: "padded must have num_items rows")
@@ -125,7 +152,7 @@ torch.library.register_autograd("octopus::from_padded", _from_padded_backward,
                                 setup_context=_from_padded_setup_context)
 
 
-@torch.library.register_fake("octopus::item_stats")
+@_register_fake("octopus::item_stats")
 def _item_stats_fake(values, offsets, channels=0, block_elems=0, plan=None, validate=True):
     return values.new_empty((offsets.shape[0] - 1, max(channels, 1), 4), dtype=torch.float64)
 
@@ -157,7 +184,7 @@ def _item_stats_backward(ctx, grad):
 torch.library.register_autograd("octopus::item_stats", _item_stats_backward, setup_context=_item_stats_setup_context)
 
 
-@torch.library.register_fake("octopus::pointwise")
+@_register_fake("octopus::pointwise")
 def _pointwise_fake(values, offsets, kind, a, b, strategy="plan", block_elems=0, metadata=None, validate=True):
     torch._check(values.dim() == 1, lambda: "values must be 1-D")
     torch._check(a.shape[0] == offsets.shape[0] - 1, lambda: "a must have num_items rows")
@@ -214,14 +241,14 @@ def _center_scale_backward(ctx, grad, values, offsets, a, b, metadata):
 torch.library.register_autograd("octopus::pointwise", _pointwise_backward, setup_context=_pointwise_setup_context)
 
 
-@torch.library.register_fake("octopus::crop_resize")
+@_register_fake("octopus::crop_resize")
 def _crop_resize_fake(values, offsets, sizes, boxes, channels, out_h, out_w, scale=1.0, mean=None, std=None,
                       validate=True):
     torch._check(boxes.dim() == 2 and boxes.shape[1] == 5, lambda: "boxes must be [K, 5]")
     return values.new_empty((boxes.shape[0], channels, out_h, out_w), dtype=_out_dtype(values.dtype))
 
 
-@torch.library.register_fake("octopus::crop_resize_backward")
+@_register_fake("octopus::crop_resize_backward")
 def _crop_resize_backward_fake(grad, values, offsets, sizes, boxes, scale=1.0, std=None):
     return torch.empty_like(values)
 
@@ -242,14 +269,14 @@ def _crop_resize_backward(ctx, grad):
 torch.library.register_autograd("octopus::crop_resize", _crop_resize_backward, setup_context=_crop_resize_setup_context)
 
 
-@torch.library.register_fake("octopus::stencil3x3")
+@_register_fake("octopus::stencil3x3")
 def _stencil3x3_fake(values, offsets, sizes, weight, border="replicate", strategy="plan", block_elems=0,
                      metadata=None, validate=True):
     torch._check(weight.dim() == 2 and weight.shape[1] == 9, lambda: "weight must be [channels, 9]")
     return values.new_empty(values.shape, dtype=_out_dtype(values.dtype))
 
 
-@torch.library.register_fake("octopus::stencil3x3_backward")
+@_register_fake("octopus::stencil3x3_backward")
 def _stencil3x3_backward_fake(grad, offsets, sizes, weight, border="replicate", strategy="plan", block_elems=0,
                               metadata=None, validate=True):
     return torch.empty_like(grad)
@@ -288,7 +315,7 @@ def _stencil3x3_backward(ctx, grad):
 torch.library.register_autograd("octopus::stencil3x3", _stencil3x3_backward, setup_context=_stencil3x3_setup_context)
 
 
-@torch.library.register_fake("octopus::crop_resize_ragged")
+@_register_fake("octopus::crop_resize_ragged")
 def _crop_resize_ragged_fake(values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values,
                              scale=1.0, mean=None, std=None, strategy="plan", block_elems=0, metadata=None,
                              validate=True):
@@ -296,7 +323,7 @@ def _crop_resize_ragged_fake(values, offsets, sizes, boxes, channels, out_offset
     return values.new_empty((num_out_values,), dtype=_out_dtype(values.dtype))
 
 
-@torch.library.register_fake("octopus::crop_resize_ragged_backward")
+@_register_fake("octopus::crop_resize_ragged_backward")
 def _crop_resize_ragged_backward_fake(grad, values, offsets, sizes, boxes, channels, out_offsets, out_sizes,
                                       scale=1.0, std=None):
     return torch.empty_like(values)
@@ -320,7 +347,7 @@ torch.library.register_autograd("octopus::crop_resize_ragged", _crop_resize_ragg
                                 setup_context=_crop_resize_ragged_setup_context)
 
 
-@torch.library.register_fake("octopus::tile_stats")
+@_register_fake("octopus::tile_stats")
 def _tile_stats_fake(image, tiles, threshold, min_mean, max_mean, min_fraction, max_fraction, validate=True):
     t = tiles.shape[0]
     return (image.new_empty((t,), dtype=torch.float64), image.new_empty((t,), dtype=torch.float64),

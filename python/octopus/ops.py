@@ -26,6 +26,8 @@ def _item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor,
         raise TypeError(f"{name} must be a tensor, a number or None, got {describe(value)}")
     if not value.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    if value.device != like.device:
+        raise ValueError(f"{name} must be on the device of values ({like.device}), got {value.device}")
     return value.to(dtype)
 
 

@@ -206,3 +206,25 @@ def test_empty_offsets_are_named(device):
             call()
         expected = EMPTY_OFFSETS.replace("offsets", "out_offsets") if "out_offsets" in name else EMPTY_OFFSETS
         assert info.match(expected), f"{name}: {info.value}"
+
+
+def test_a_parameter_on_the_meta_device_is_refused_naming_it():
+    """A meta tensor among CPU ones sends the call to the fake implementation, which used to
+    return an uninitialized CPU tensor (errors up to 4.6e11): it checks devices as the kernels do."""
+    batch = octopus.RaggedBatch.from_tensors([torch.rand(3, 4, 5), torch.rand(3, 2, 2)])
+    meta2, meta3 = torch.ones(2, device="meta"), torch.ones(3, device="meta")
+    calls = {
+        "scale": lambda: octopus.affine(batch, meta2),
+        "bias": lambda: octopus.affine(batch, 2.0, meta2),
+        "lo": lambda: octopus.clamp(batch, meta2, 1.0),
+        "weight": lambda: torch.ops.octopus.stencil3x3(batch.values, batch.offsets, batch.sizes,
+                                                       torch.ones(3, 9, device="meta"), "replicate", "plan", 0, None,
+                                                       True),
+        "mean": lambda: torch.ops.octopus.crop_resize(batch.values, batch.offsets, batch.sizes,
+                                                      torch.tensor([[0, 0, 0, 2, 2]]), 3, 4, 4, 1.0, meta3, None, True),
+        "offsets": lambda: torch.ops.octopus.affine(batch.values, batch.offsets.to("meta"), torch.ones(2),
+                                                    torch.zeros(2), "plan", 0, None, True),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{name} must be on the device of values \(cpu\), got meta$"):
+            call()
