@@ -557,6 +557,15 @@ def test_prepare_graphs_needs_cuda_graphs():
             sampler.prepare_graphs([(4, 8, 8)], [1, 2])
 
 
+def test_noise_alone_gives_the_shape():
+    noise = torch.randn(4, 8, 8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad(), od.ContinuousSampler(tiny_unet(), scheduler="DDIMScheduler") as sampler:
+        by_noise = sampler.submit(noise=noise, num_inference_steps=2).result(timeout=60)
+        by_both = sampler.submit(noise=noise, shape=(4, 8, 8), num_inference_steps=2).result(timeout=60)
+    assert by_noise.latents.shape == (4, 8, 8)
+    assert torch.equal(by_noise.latents, by_both.latents)
+
+
 def test_close_drains_and_leaves_no_thread():
     sampler = od.ContinuousSampler(tiny_unet(), max_batch=2, scheduler="DDIMScheduler")
     with torch.no_grad():
@@ -597,7 +606,9 @@ def test_bad_requests_are_refused_at_submit():
             (dict(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", eta=0.5), ValueError, "eta"),
             (dict(shape=(4, 8, 8), eta=0.5), ValueError, "seed"),
             (dict(shape=(4, 8, 8), scheduler_config={"thresholding": True}), NotImplementedError, "thresholding"),
-            (dict(shape=(4, 8, 8), noise=torch.zeros(4, 8, 9)), ValueError, "noise"),
+            (dict(shape=(4, 8, 8), noise=torch.zeros(4, 8, 9)), ValueError, r"noise must have the request's shape"),
+            (dict(), ValueError, r"needs its latent's shape: shape=\(4, 64, 64\), say, or noise="),
+            (dict(noise=[[1.0]]), TypeError, "noise must be a tensor"),
             (dict(shape=(4, 8, 8), guidance_scale=5.0), ValueError, "guidance_scale"),
             (dict(shape=(4, 8, 8), conditioning={"c": torch.zeros(3)}, guidance_scale=5.0,
                   negative_conditioning={"c": torch.zeros(4)}), ValueError, "same keys and shapes"),
@@ -610,9 +621,12 @@ def test_bad_requests_are_refused_at_submit():
         for fields, error, match in cases:
             with pytest.raises(error, match=match):
                 sampler.submit(**fields)
-    with pytest.raises(ValueError, match="no scheduler"):
-        with od.ContinuousSampler(tiny_unet()) as sampler:
+    with od.ContinuousSampler(tiny_unet()) as sampler:
+        with pytest.raises(ValueError, match="no scheduler"):
             sampler.submit(shape=(4, 8, 8))
+        # The request's own error first, not the missing default's.
+        with pytest.raises(ValueError, match="num_inference_steps"):
+            sampler.submit(shape=(4, 8, 8), num_inference_steps=0)
     for options, match in [(dict(max_batch=0), "max_batch"), (dict(memory_budget=0), "memory_budget"),
                            (dict(high_priority_batch=0), "high_priority_batch"), (dict(cuda_graphs=True), "CUDA"),
                            (dict(max_in_flight=0), "max_in_flight"), (dict(max_in_flight=1.5), "max_in_flight"),

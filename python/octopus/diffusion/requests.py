@@ -36,7 +36,8 @@ class SamplingRequest:
 
     Args:
         shape: the latent's shape, e.g. ``(4, 64, 64)``; requests of different shapes share
-            the running batch (each shape is its own model call).
+            the running batch (each shape is its own model call). None: the shape of
+            ``noise`` (one of the two is needed).
         num_inference_steps: steps of its schedule.
         scheduler: its sampler: an ``octopus.diffusion`` scheduler (instance or class), a
             diffusers scheduler (instance or class) or either's class name; None: the
@@ -44,8 +45,8 @@ class SamplingRequest:
             dict, as ``from_config`` takes it) over the scheduler's own.
         seed: seeds the initial noise (and DDIM's step noise where ``eta`` > 0), drawn on the
             CPU as ``torch.randn(shape, generator=torch.Generator().manual_seed(seed))``.
-        noise: the initial noise itself (``shape``), instead of a seed. Either is scaled by
-            the scheduler's ``init_noise_sigma``.
+        noise: the initial noise itself (of ``shape``, where that is given), instead of a
+            seed. Either is scaled by the scheduler's ``init_noise_sigma``.
         conditioning: keyword arguments of the model for this sample, tensors without the
             batch dimension (e.g. ``encoder_hidden_states`` of shape ``[77, 768]``).
         negative_conditioning: the unconditional counterpart, for classifier-free guidance.
@@ -63,7 +64,7 @@ class SamplingRequest:
             the exception.
     """
 
-    shape: Sequence[int]
+    shape: Sequence[int] | None = None
     num_inference_steps: int = 50
     scheduler: Any = None
     scheduler_config: Mapping[str, Any] | None = None
@@ -124,8 +125,6 @@ def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None,
 def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingRequest) -> SamplerRow:
     """The request's sampler as one row of the fused step's tables."""
     steps = request.num_inference_steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"num_inference_steps must be a positive int, got {steps!r}")
     options: dict[str, float] = {}
     if request.eta:
         if not isinstance(scheduler, schedulers.DDIMScheduler):
@@ -146,17 +145,27 @@ def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float
     """The request's (shape, priority, absolute deadline); ValueError / TypeError naming the field."""
     if not isinstance(request, SamplingRequest):
         raise TypeError(f"request must be a SamplingRequest, got {type(request).__name__}")
+    if request.noise is not None and not isinstance(request.noise, torch.Tensor):
+        raise TypeError(f"noise must be a tensor, got {type(request.noise).__name__}")
+    if request.shape is None:
+        if request.noise is None:
+            raise ValueError("a request needs its latent's shape: shape=(4, 64, 64), say, or noise= of that shape")
+        given_shape: Any = tuple(request.noise.shape)
+    else:
+        given_shape = request.shape
     try:
-        if isinstance(request.shape, (str, bytes)):
+        if isinstance(given_shape, (str, bytes)):
             raise TypeError
-        shape = tuple(operator.index(s) for s in request.shape)
+        shape = tuple(operator.index(s) for s in given_shape)
     except TypeError:
         raise TypeError(f"shape must be a sequence of ints, got {request.shape!r}") from None
     if not shape or any(s < 1 for s in shape):
         raise ValueError(f"shape must be positive extents, e.g. (4, 64, 64), got {shape}")
-    if request.noise is not None:
-        if not isinstance(request.noise, torch.Tensor) or tuple(request.noise.shape) != shape:
-            raise ValueError(f"noise must be a tensor of the request's shape {shape}")
+    if request.noise is not None and tuple(request.noise.shape) != shape:
+        raise ValueError(f"noise must have the request's shape {shape}, got {tuple(request.noise.shape)}")
+    steps = request.num_inference_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"num_inference_steps must be a positive int, got {steps!r}")
     priority = _priority(request.priority)
     deadline = None
     if request.deadline is not None:
