@@ -60,7 +60,7 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     list stands for ``[H, W]`` items); the result has its layout: a :class:`RaggedBatch`,
     or a nested tensor of the input's layout for a nested input.
     """
-    given = as_ragged(batch, "batch", item_dim=2)
+    given = as_ragged(batch, "batch")
     batch = given.batch
     if border not in BORDERS:
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")

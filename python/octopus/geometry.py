@@ -44,11 +44,11 @@ def _source_layout(source: Union[RaggedLike, torch.Tensor]) -> Tuple[torch.Tenso
                  or (source.is_cuda and torch.cuda.is_current_stream_capturing()))
         offsets, sizes = (_build_dense_layout if fresh else _dense_layout)(n, channels, h, w, source.device)
         return source.contiguous().view(-1), offsets, sizes, channels
-    source = as_ragged(source, "source", item_dim=3, also="a dense [N, C, H, W] tensor").batch
+    source = as_ragged(source, "source", also="a dense [N, C, H, W] tensor").batch
     if source.item_dim != 3:
         raise ValueError(f"source items must be [C, H, W] images, got {source.item_dim}-D items")
     host_sizes = source.host_layout()[1]
-    channels = int(host_sizes[0, 0]) if len(source) else 1
+    channels = int(host_sizes[0, 0]) if len(source) else 0  # 0: no image says C
     return source.values, source.offsets, source.sizes.contiguous(), channels
 
 
@@ -96,8 +96,9 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     float32 for every dtype, as torch computes them for float32 images). ``size`` says the
     output:
 
-    * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor (C = 1
-      for an empty RaggedBatch source: no image says C, and there can be no boxes);
+    * an int or ``(h, w)``: every crop to that size, a dense ``[K, C, h, w]`` tensor (an
+      empty ragged source raises ``ValueError``: no image says C; a dense ``[0, C, H, W]``
+      source does);
     * a ``[K, 2]`` tensor or list of ``(h, w)``: crop k to its own size, a :class:`RaggedBatch`
       (whatever the source's form: the crops are not the source's items);
     * ``None``: every crop at its own size (an exact copy), a :class:`RaggedBatch` (the
@@ -125,10 +126,14 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
         # One integer or two (cast: mypy does not count int as a numbers.Integral).
         pair = cast(Sequence[int], (size, size) if isinstance(size, numbers.Integral) else size)
         out_h, out_w = int(pair[0]), int(pair[1])
+        if channels == 0:
+            raise ValueError("source has no images, so nothing says C of the [K, C, h, w] result; pass an empty "
+                             "dense source, torch.empty(0, C, H, W), or a per-box size (a RaggedBatch result)")
         crops: torch.Tensor = torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w,
                                                             float(scale), mean_t, std_t, validate)
         return crops
     hw = _out_sizes(size, boxes)
+    channels = channels or 1  # an empty source: its boxes (none can be valid) make items of no channels
     host_sizes = torch.cat([torch.full((hw.shape[0], 1), channels, dtype=torch.int64), hw], dim=1)
     host_offsets = torch.zeros(hw.shape[0] + 1, dtype=torch.int64)
     host_offsets[1:] = host_sizes.prod(1).cumsum(0)
@@ -156,7 +161,7 @@ def resize(batch: RaggedLike, sizes: Sizes, *, scale: float = 1.0, mean: Optiona
 
     ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`); the result
     is a :class:`RaggedBatch` whatever the form (its items have new shapes)."""
-    batch = as_ragged(batch, "batch", item_dim=3).batch
+    batch = as_ragged(batch, "batch").batch
     if batch.item_dim != 3:
         raise ValueError(f"items must be [C, H, W] images, got {batch.item_dim}-D items")
     host_sizes = batch.host_layout()[1]

@@ -73,15 +73,14 @@ class RaggedInput(NamedTuple):
         return torch.nested.as_nested_tensor(out.unbind(), layout=torch.strided)
 
 
-def as_ragged(x: RaggedLike, name: str = "batch", *, item_dim: Optional[int] = None,
-              also: Optional[str] = None) -> RaggedInput:
+def as_ragged(x: RaggedLike, name: str = "batch", *, also: Optional[str] = None) -> RaggedInput:
     """``x`` as a :class:`RaggedInput`. ``name`` is the argument's name in error messages,
-    ``also`` what else the op takes there (handled by the caller, named in the TypeError);
-    ``item_dim`` is the item dimensions an empty list stands for (default 1)."""
+    ``also`` what else the op takes there (handled by the caller, named in the TypeError).
+    An empty list is refused (ValueError): it says neither dtype, device nor item shape."""
     if isinstance(x, RaggedBatch):
         return RaggedInput(x)
     if isinstance(x, (list, tuple)):
-        return RaggedInput(RaggedBatch._from_tensors(x, name, item_dim=None if len(x) else item_dim))
+        return RaggedInput(RaggedBatch._from_tensors(x, name))
     if isinstance(x, torch.Tensor) and x.is_nested:
         return RaggedInput(RaggedBatch.from_nested(x), x)
     if also is not None:

@@ -55,8 +55,11 @@ class RaggedBatch:
     def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device: torch.device | str | int | None = None,
                      dtype: torch.dtype | None = None, item_dim: Optional[int] = None) -> "RaggedBatch":
         """Packs a list of tensors with the same number of dimensions (``[L]``,
-        ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy. ``item_dim`` is needed
-        only for an empty list (default 1)."""
+        ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy.
+
+        An empty list makes an empty batch only with ``item_dim`` (its items' number of
+        dimensions), which nothing else could say; its dtype is then ``dtype`` (default
+        ``torch.get_default_dtype()``) and its device ``device`` (default the CPU)."""
         return cls._from_tensors(tensors, "tensors", device=device, dtype=dtype, item_dim=item_dim)
 
     @classmethod
@@ -86,9 +89,15 @@ class RaggedBatch:
             if item_dim is not None and item_dim != d:
                 raise ValueError(f"item_dim={item_dim} but the items have {d} dimensions")
         else:
+            if item_dim is None:
+                raise ValueError(
+                    f"{name} is empty, so nothing says its items' number of dimensions, dtype or device; make "
+                    f"an empty batch with octopus.RaggedBatch.from_tensors([], item_dim=D, dtype=..., device=...)")
+            if isinstance(item_dim, bool) or not isinstance(item_dim, int) or item_dim < 1:
+                raise ValueError(f"item_dim must be a positive int, got {item_dim!r}")
             device = torch.device(device) if device is not None else torch.device("cpu")
-            dtype = dtype or torch.float32
-            d = item_dim or 1
+            dtype = dtype or torch.get_default_dtype()
+            d = item_dim
         host_sizes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(len(tensors), d)
         host_offsets = torch.zeros(len(tensors) + 1, dtype=torch.int64)
         torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])

@@ -78,7 +78,7 @@ def test_one_d_items_random_lengths_and_block_sizes(device, strategy):
 
 @pytest.mark.parametrize("strategy", octopus.STRATEGIES)
 def test_empty_batch_and_all_empty_items(device, strategy):
-    empty = octopus.RaggedBatch.from_tensors([], device=device)
+    empty = octopus.RaggedBatch.from_tensors([], device=device, item_dim=1)
     out = octopus.affine(empty, torch.zeros(0, device=device), torch.zeros(0, device=device), strategy=strategy)
     assert out.values.numel() == 0
     hollow = random_batch([(0,), (0,), (0,)], device)

@@ -181,12 +181,33 @@ def test_a_list_is_packed_once(monkeypatch, device):
     assert calls == ["batch"]
 
 
-def test_empty_lists(device):
-    assert len(octopus.affine([], 2.0)) == 0
-    assert octopus.gaussian_blur([]).item_dim == 2  # an empty list stands for [H, W] items
-    assert octopus.to_padded([]).shape == (0, 0)
-    assert octopus.item_stats([]).mean.shape == (0,)
-    assert octopus.crop_resize([], torch.zeros(0, 5, dtype=torch.int64, device=device), 4).shape == (0, 1, 4, 4)
+def test_empty_lists_are_refused_naming_the_argument(device):
+    """An empty list says neither dtype, device nor item shape: no op invents them."""
+    no_boxes = torch.zeros(0, 5, dtype=torch.int64, device=device)
+    for name, call in [("x", lambda: octopus.affine([], 2.0)), ("batch", lambda: octopus.gaussian_blur([])),
+                       ("batch", lambda: octopus.to_padded([])), ("batch", lambda: octopus.item_stats([])),
+                       ("batch", lambda: octopus.normalize([])), ("source", lambda: octopus.crop_resize([], no_boxes, 4)),
+                       ("tensors", lambda: octopus.RaggedBatch.from_tensors([]))]:
+        with pytest.raises(ValueError, match=rf"^{name} is empty, .*from_tensors\(\[\], item_dim=D"):
+            call()
+
+
+def test_empty_batches_give_empty_results_of_their_shape(device):
+    empty = {d: octopus.RaggedBatch.from_tensors([], item_dim=d, dtype=torch.float64, device=device) for d in (1, 2, 3)}
+    assert len(octopus.affine(empty[1], 2.0)) == 0 and octopus.affine(empty[1], 2.0).dtype == torch.float64
+    assert octopus.gaussian_blur(empty[2]).item_dim == 2
+    assert octopus.to_padded(empty[2]).shape == (0, 0, 0)
+    assert octopus.item_stats(empty[1]).mean.shape == (0,)
+    assert octopus.item_stats(empty[3], 3).mean.shape == (0, 3)
+    assert octopus.normalize(empty[3], 3).item_dim == 3
+    no_boxes = torch.zeros(0, 5, dtype=torch.int64, device=device)
+    assert octopus.crop_resize(torch.zeros(0, 3, 8, 8, device=device), no_boxes, 4).shape == (0, 3, 4, 4)
+    assert len(octopus.crop_resize(empty[3], no_boxes, torch.zeros(0, 2, dtype=torch.int64))) == 0
+    with pytest.raises(ValueError, match=r"^source has no images, so nothing says C"):
+        octopus.crop_resize(empty[3], no_boxes, 4)
+    assert octopus.RaggedBatch.from_tensors([], item_dim=2).dtype == torch.get_default_dtype()
+    with pytest.raises(ValueError, match="item_dim must be a positive int"):
+        octopus.RaggedBatch.from_tensors([], item_dim=0)
 
 
 @pytest.mark.parametrize("form", ["list", "jagged", "strided"])
