@@ -58,7 +58,7 @@ BANDS = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "
 # with the right ordering: clouds bright in the visible and near infrared, dim in B09/B10).
 GROUND = (0.12, 0.10, 0.09, 0.08, 0.12, 0.20, 0.23, 0.25, 0.26, 0.05, 0.01, 0.18, 0.12)
 CLOUD = (0.55, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60, 0.58, 0.25, 0.08, 0.40, 0.30)
-EPS = 1e-5  # added to each tile's standard deviation
+EPS = 1e-5  # added to each tile's variance, as instance_norm does
 INPUT_TOLERANCE, LOGIT_TOLERANCE = 1e-4, 1e-3
 CLASSES = 10
 OCTOPUS, LOOP = "octopus tile_filter + crop_resize + normalize", "torch per-tile loop"
@@ -180,8 +180,8 @@ def loop_pipeline(scene: Scene, host_tiles: List[List[int]], s: Settings):
             continue
         tile = image[:, y0:y1, x0:x1]
         mean = tile.mean(dim=(1, 2), keepdim=True)
-        std = tile.std(dim=(1, 2), keepdim=True, correction=0)
-        inputs.append(F.interpolate(((tile - mean) / (std + EPS))[None], size=(s.size, s.size), mode="bilinear",
+        var = tile.var(dim=(1, 2), keepdim=True, correction=0)
+        inputs.append(F.interpolate(((tile - mean) / (var + EPS).sqrt())[None], size=(s.size, s.size), mode="bilinear",
                                     align_corners=False))
         kept.append(t)
     stacked = torch.cat(inputs) if inputs else image.new_empty(0, image.shape[0], s.size, s.size)

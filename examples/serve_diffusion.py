@@ -66,7 +66,7 @@ SCHEMA = "octopus-examples/serve-diffusion/1"
 # float32, the suspected source; not isolated).
 CHECK_TOLERANCE = 1e-5
 THUMBNAIL_TOLERANCE = 1e-4   # thumbnails (float32) against float64 PyTorch, absolute
-THUMBNAIL_EPS = 1e-5         # added to each channel's standard deviation
+THUMBNAIL_EPS = 1e-5         # added to each channel's variance, as instance_norm does
 THUMBNAILS_CHECKED = 8
 PRIORITIES = ("high", "normal")
 SAMPLER_COUNTERS = ("submitted", "completed", "failed", "cancelled", "expired", "parked", "iterations", "sample_steps",
@@ -298,15 +298,15 @@ def check_against_diffusers(model: torch.nn.Module, specs: List[Dict], clients: 
 
 def check_thumbnails(served: Served, size: int) -> Dict:
     """A few thumbnails against plain PyTorch in float64: each channel's mean and population
-    std, ``F.interpolate`` (bilinear, align_corners=False); asserted within
+    variance, ``F.interpolate`` (bilinear, align_corners=False); asserted within
     THUMBNAIL_TOLERANCE."""
     ids = sorted(served.thumbnails)[:THUMBNAILS_CHECKED]
     harness.require(bool(ids), "no thumbnail was made")
     diffs = []
     for i in ids:  # on the CPU: the Batcher may have placed a call on another GPU
         x = served.results[i].latents.cpu().float().double()
-        mean, std = x.mean(dim=(1, 2), keepdim=True), x.std(dim=(1, 2), keepdim=True, correction=0)
-        expected = F.interpolate(((x - mean) / (std + THUMBNAIL_EPS))[None], size=(size, size), mode="bilinear",
+        mean, var = x.mean(dim=(1, 2), keepdim=True), x.var(dim=(1, 2), keepdim=True, correction=0)
+        expected = F.interpolate(((x - mean) / (var + THUMBNAIL_EPS).sqrt())[None], size=(size, size), mode="bilinear",
                                  align_corners=False)[0]
         diffs.append((served.thumbnails[i].cpu().double() - expected).abs().max())
     diff = float(torch.stack(diffs).max())  # NaN if any is

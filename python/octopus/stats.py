@@ -87,15 +87,21 @@ def normalize(batch: torch.Tensor, channels: int = 0, *, mean: Constants = None,
               eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> torch.Tensor: ...
 def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, std: Constants = None,
               eps: float = 1e-5, correction: int = 0, block_elems: Optional[int] = None) -> RaggedResult:
-    """``(x - mean) / (std + eps)`` per item (``channels=0``) or per item and channel.
+    """Normalizes every item (``channels=0``) or every item's channel, in two forms that
+    follow torch's own:
 
-    Without ``mean``/``std`` the statistics are each item's own (instance normalization over
-    ragged images, population std by default: ``correction=0``), computed by
-    :func:`item_stats`, then applied as ``(x - mean) * (1 / (std + eps))`` — two passes over
-    the data; an item or channel of constant values comes out exactly 0. With ``mean`` and
-    ``std`` (one value per channel, e.g. ImageNet's) those constants are used for every item
-    and only the second pass runs. uint8 values give float32.
-    Differentiable with respect to the values.
+    * **Each item's own statistics** (``mean`` and ``std`` not given): instance normalization
+      as ``torch.nn.functional.instance_norm`` computes it, ``(x - mean) / sqrt(var + eps)``
+      with the population variance (``correction=0``; :func:`item_stats` defaults to
+      ``correction=1`` as ``torch.var`` does: pass ``correction`` to either to change it).
+      :func:`item_stats` computes them, then the result is ``(x - mean) * (1 / sqrt(var +
+      eps))`` — two passes over the data; an item or channel of constant values comes out
+      exactly 0, an empty one stays empty.
+    * **Fixed constants** (``mean`` and ``std``, one value per channel, e.g. ImageNet's):
+      ``(x - mean) / std`` as ``torchvision.transforms.Normalize`` computes it (``eps`` is not
+      used), for every item; only the second pass runs.
+
+    uint8 values give float32. Differentiable with respect to the values.
 
     ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`, packed once
     for both passes); the result is a :class:`RaggedBatch`, or a nested tensor of the
@@ -111,7 +117,7 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
         stats = item_stats(batch, channels, correction=correction, block_elems=block_elems)
         # Empty items have NaN statistics and no elements: any finite parameter does.
         center = torch.nan_to_num(stats.mean)
-        scale = torch.nan_to_num(1 / (stats.std + eps))
+        scale = torch.nan_to_num((stats.var + eps).rsqrt())
     else:
         c = max(channels, 1)
         mean_t = torch.as_tensor(mean, dtype=torch.float64, device=batch.device).reshape(-1)
@@ -119,7 +125,7 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
         if mean_t.numel() != c or std_t.numel() != c:
             raise ValueError(f"mean and std must have one value per channel ({c}), got {mean_t.numel()} and "
                              f"{std_t.numel()}")
-        scale = (1 / (std_t + eps)).expand(m, c)
+        scale = (1 / std_t).expand(m, c)
         center = mean_t.expand(m, c)
         if channels == 0:
             scale, center = scale[:, 0], center[:, 0]

@@ -68,7 +68,7 @@ def test_per_item_and_channel_images(device, dtype):
 
 
 def test_empty_batch_one_item_and_nan(device):
-    empty = octopus.RaggedBatch.from_tensors([], device=device)
+    empty = octopus.RaggedBatch.from_tensors([], device=device, item_dim=1)
     assert octopus.item_stats(empty).sum.shape == (0,)
     one = make([(5,)], device)
     check(octopus.item_stats(one), reference(one, 0, 1))
@@ -137,10 +137,10 @@ def test_normalize_matches_reference(device, dtype):
             x = item.double().reshape(max(channels, 1), -1)
             if x.shape[1] == 0:
                 continue
-            want = (x - x.mean(1, keepdim=True)) / (x.std(1, correction=0, keepdim=True) + 1e-3)
+            want = (x - x.mean(1, keepdim=True)) / (x.var(1, correction=0, keepdim=True) + 1e-3).sqrt()
             torch.testing.assert_close(out.double().reshape(want.shape), want, **tol)
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    got = octopus.normalize(batch, 3, mean=mean, std=std, eps=0.0)
+    got = octopus.normalize(batch, 3, mean=mean, std=std, eps=0.5)  # eps is for own statistics only
     for item, out in zip(batch.cpu().unbind(), got.cpu().unbind()):
         want = (item.double() - torch.tensor(mean).double().view(3, 1, 1)) / torch.tensor(std).double().view(3, 1, 1)
         torch.testing.assert_close(out.double(), want, **tol)
@@ -148,9 +148,10 @@ def test_normalize_matches_reference(device, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
 def test_normalize_of_constant_items_is_exactly_zero(device, dtype):
-    """Zero variance makes the scale 1 / eps = 1e5: the result must still be x - mean = 0
-    (as x * scale + shift it was off by the shift's rounding times 1e5: 2e-4 to 2e-3 on CUDA,
-    where the multiply-add is fused)."""
+    """Zero variance makes the scale 1 / sqrt(eps) ~ 316: the result must still be x - mean = 0
+    (computed as x * scale + shift it would be off by the shift's rounding times the scale; with
+    the earlier 1 / (std + eps) = 1e5 that was 2e-4 to 2e-3 on CUDA, where the multiply-add is
+    fused)."""
     g = torch.Generator().manual_seed(8)
     items = [torch.randn(3, 1, 1, generator=g) * 100, torch.full((3, 4, 5), 77.7), torch.randn(3, 6, 2, generator=g)]
     if dtype == torch.uint8:
@@ -162,7 +163,7 @@ def test_normalize_of_constant_items_is_exactly_zero(device, dtype):
         if channels == 3:
             assert torch.equal(out[0], torch.zeros_like(out[0]))
         x = items[2].double().reshape(max(channels, 1), -1)
-        want = (x - x.mean(1, keepdim=True)) / (x.std(1, correction=0, keepdim=True) + 1e-5)
+        want = (x - x.mean(1, keepdim=True)) / (x.var(1, correction=0, keepdim=True) + 1e-5).sqrt()
         torch.testing.assert_close(out[2].double().reshape(want.shape), want, rtol=1e-5, atol=1e-5)
 
 

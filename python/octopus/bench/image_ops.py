@@ -60,9 +60,9 @@ def run_normalize(sizes: torch.Tensor, measurer: Measurer, copy_gbs: float, repe
         squares = torch.segment_reduce(values * values, "sum", lengths=lengths, unsafe=True)
         count = lengths.clamp_min(1).to(values.dtype)
         mean = total / count
-        std = ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0).sqrt()
-        return (values - mean.repeat_interleave(lengths, output_size=n)) / (
-            std.repeat_interleave(lengths, output_size=n) + EPS)
+        var = ((squares - total * mean) / (count - 1).clamp_min(1)).clamp_min(0)
+        return (values - mean.repeat_interleave(lengths, output_size=n)) * (
+            var.repeat_interleave(lengths, output_size=n) + EPS).rsqrt()
 
     row("torch segment_reduce + repeat_interleave", measurer.measure(segment_reduce, repeats=repeats),
         note="sum and sum of squares (float32), statistics expanded per element")
