@@ -31,7 +31,8 @@ import octopus
 
 from . import affine, contention, diffusion, filters, image_ops, serving
 from .distributions import DISTRIBUTIONS, SizesFileError, read_sizes_file, sample_sizes
-from .report import SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, validate
+from .report import (SCHEMA, autotune_verdicts, describe_distribution, environment, format_report, plot, smoke_note,
+                     validate)
 from .timing import Measurer, copy_bandwidth_gbs, median_ms
 
 WORKLOADS = ("affine", "normalize", "padding", "crop_resize", "stencil", "tiles", "diffusion")
@@ -255,11 +256,15 @@ def main(argv=None) -> int:
     if bar is not None:
         bar.close()
 
+    if scale_down > 1:  # cache-sized batches against a DRAM copy: no bandwidth share to report
+        for r in rows + scaling:
+            r["pct_copy"] = None
     tune = tuned.as_dict()
     tune["verdicts"] = autotune_verdicts(rows, tuned.strategy, tuned.block_elems)
     result: Dict[str, Any] = dict(schema=SCHEMA, environment=environment(device), copy_gbs=copy_gbs,
                                   scale_down=scale_down, energy=measurer.energy_note, autotune=tune, rows=rows,
                                   scaling=scaling, plots=[])
+    result["smoke_run"] = smoke_note(result)
     if not args.no_plots:
         try:
             result["plots"] = plot(result, args.out)
