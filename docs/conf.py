@@ -8,7 +8,7 @@ PYTHONPATH next to a built extension):
 
 from __future__ import annotations
 
-import tomllib
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -19,12 +19,15 @@ copyright = "the octopus authors, Apache-2.0"
 
 def _version() -> str:
     """The installed distribution's version; from a source tree, pyproject.toml's (the same
-    single source the wheel's metadata comes from)."""
+    single source the wheel's metadata comes from). Read without tomllib: the docs build on
+    Python 3.10 as the package does (Sphinx >= 8.1)."""
     try:
         return metadata.version("octopus")
     except metadata.PackageNotFoundError:
-        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
-            return str(tomllib.load(f)["project"]["version"])
+        text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+        match = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE)
+        assert match, "pyproject.toml has no version"
+        return match.group(1)
 
 
 release = _version()
