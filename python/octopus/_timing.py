@@ -1,9 +1,10 @@
 """Device timing shared by autotune and the benchmark tool: CUDA events after warm-up, medians
-of repeats; host clocks on the CPU."""
+of repeats; host clocks on the CPU. And the one percentile rule every octopus statistic uses."""
 
+import math
 import statistics
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import torch
 
@@ -43,3 +44,15 @@ def sample_ms(fn: Callable[[], object], device: torch.device, warmup: int = 3, r
         if host_ms is not None:
             host_ms.extend(times)
     return times
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0 < q <= 100) of ``values`` by nearest rank: the smallest value
+    with at least q% of the values at or below it (the sorted values' ``ceil(q / 100 * n)``-th).
+    The scheduler's C++ statistics use the same rule. Raises ValueError for no values."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 < q <= 100:
+        raise ValueError(f"q must be in (0, 100], got {q}")
+    ordered = sorted(values)
+    return ordered[min(len(ordered), max(1, math.ceil(q / 100 * len(ordered)))) - 1]

@@ -272,8 +272,17 @@ class RaggedBatch:
         ``pad_value`` (one kernel: ``torch.ops.octopus.to_padded``; differentiable).
         ``max_size`` (one extent per item dimension) fixes the padded shape; items larger than
         it are cropped. Without it the shape is the largest extent of each dimension."""
-        from .ops import to_padded
-        return to_padded(self, pad_value, max_size)
+        d = self.item_dim
+        if max_size is None:
+            sizes = self.host_layout()[1]
+            max_shape = sizes.amax(dim=0).tolist() if len(self) else [0] * d
+        else:
+            max_shape = [int(s) for s in max_size]
+            if len(max_shape) != d or any(s < 0 for s in max_shape):
+                raise ValueError(f"max_size must have {d} non-negative extents, got {format_shape(max_shape)}")
+        out: torch.Tensor = torch.ops.octopus.to_padded(self._values, self._offsets, self._sizes, max_shape,
+                                                         float(pad_value), False)
+        return out
 
     def to_nested(self, layout: Optional[torch.layout] = None) -> torch.Tensor:
         """A ``torch.nested`` tensor. Jagged layout (the default where every item has the

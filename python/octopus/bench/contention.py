@@ -44,7 +44,8 @@ import torch
 
 import octopus
 
-from ..slicing import SliceSizer, item_ranges
+from .._timing import percentile
+from ..scheduling.slicing import SliceSizer, item_ranges
 from .costs import batcher_overhead, checkpoint_cost, lease_overhead
 from .energy import GpuSampler
 from .report import environment
@@ -66,11 +67,6 @@ class Mode:
     in_flight: int = 0           # lease modes: best_effort_in_flight
     reserved_sms: int = 0        # lease modes: SM partition; green modes: the LC's SMs
     options: dict = field(default_factory=dict)
-
-
-def _pct(values: List[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered))) - 1))]
 
 
 class Workloads:
@@ -207,9 +203,9 @@ class Runner:
         finally:
             if collecting:
                 gc.enable()
-        return dict(lc_p50_ms=_pct(wall, 50), lc_p99_ms=_pct(wall, 99), lc_max_ms=max(wall),
-                    lc_mean_ms=statistics.fmean(wall), lc_device_p50_ms=_pct(device, 50),
-                    lc_device_p99_ms=_pct(device, 99), lc_samples=len(wall))
+        return dict(lc_p50_ms=percentile(wall, 50), lc_p99_ms=percentile(wall, 99), lc_max_ms=max(wall),
+                    lc_mean_ms=statistics.fmean(wall), lc_device_p50_ms=percentile(device, 50),
+                    lc_device_p99_ms=percentile(device, 99), lc_samples=len(wall))
 
     def _measure_lc_sampled(self, launch: Callable[[], None]) -> dict:
         """measure_lc, with the GPU's mean SM clock and power over it (NVML): a GPU at its

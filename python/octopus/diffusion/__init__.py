@@ -12,7 +12,7 @@
   (:class:`SamplerRow`), so samples of different samplers share one launch.
 """
 
-from ..per_sample_stepper import PerSampleStepper
+from .per_sample_stepper import PerSampleStepper
 from .continuous import ContinuousSampler
 from .requests import SampleResult, SamplingRequest
 from .rows import PREDICTION_TYPES, SAMPLER_KINDS, SamplerRow

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 import numpy as np
 import torch
 
-from ..scheduler import DeadlineMissed, StreamScheduler
+from ..scheduling import DeadlineMissed, StreamScheduler
 from .arena import LatentArena, Member
 from .model_runner import CapturedCalls, GroupCall, ModelRunner
 from .requests import (AdmissionQueue, SampleResult, SamplingRequest, check_request,

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 
-from ..scheduler import Lease, ReleaseEvent, StreamScheduler
+from ..scheduling import Lease, ReleaseEvent, StreamScheduler
 from .arena import Group, LatentArena
 from .rows import to_device
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import torch
 
-from ..scheduler import _priority
+from ..scheduling.arguments import parse_priority
 from . import schedulers
 from .rows import SamplerRow
 
@@ -166,7 +166,7 @@ def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float
     steps = request.num_inference_steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"num_inference_steps must be a positive int, got {steps!r}")
-    priority = _priority(request.priority)
+    priority = parse_priority(request.priority)
     deadline = None
     if request.deadline is not None:
         finite = isinstance(request.deadline, (int, float)) and math.isfinite(request.deadline)

@@ -5,7 +5,8 @@ tensors: the row's sampler kind and prediction type, its schedule (timesteps), i
 (``alphas_cumprod`` for DDIM, sigmas for the others) and its options. A :class:`SamplerRow`
 is one such row on the host (the batched schedulers and the continuous sampler build them);
 :class:`RowTables` is a list of rows on a device, the tensors the op reads. The kinds,
-prediction types and column names come from the C++ library, their one definition.
+prediction types and column names come from the C++ library, their one definition. The op's
+fake (for ``torch.compile``) is registered here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from .. import _library
+from .._registrations import register_fake
 
 _LAYOUT = _library._C.sampler_step_layout
 SAMPLER_KINDS: tuple[str, ...] = tuple(_LAYOUT["kinds"])
@@ -208,3 +210,12 @@ def fused_step(model_output: torch.Tensor, sample: torch.Tensor, offsets: torch.
                                               rows.row_info, rows.row_scalars, sample_rows, noise, state, return_x0,
                                               strategy, metadata)
     return prev, x0
+
+
+@register_fake("octopus::sampler_step")
+def _sampler_step_fake(model_output, sample, offsets, timesteps, schedules, tables, row_info, row_scalars,
+                       sample_rows=None, noise=None, state=None, return_x0=False, strategy="block_search",
+                       metadata=None):
+    torch._check(model_output.shape == sample.shape, lambda: "model_output must have the sample's shape")
+    torch._check(timesteps.shape[0] == offsets.shape[0] - 1, lambda: "timesteps must have one entry per sample")
+    return torch.empty_like(sample), sample.new_empty((sample.shape[0] if return_x0 else 0,))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence, Tuple, TypeVar, Union, cast
 import numpy as np
 import torch
 
-from ..ops import affine
+from ..affine import affine
 from ..ragged import RaggedBatch
 from .rows import RowTables, SamplerRow, fused_step, state_tensor
 

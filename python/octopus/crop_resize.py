@@ -9,7 +9,8 @@ from typing import Optional, Sequence, Tuple, Union, cast, overload
 
 import torch
 
-from . import _registrations, tuning  # noqa: F401
+from . import tuning
+from ._registrations import out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import RaggedLike, as_ragged
 from .ragged import RaggedBatch
@@ -170,3 +171,63 @@ def resize(batch: RaggedLike, sizes: Sizes, *, scale: float = 1.0, mean: Optiona
                        host_sizes[:, 1:]], dim=1)
     hw = torch.as_tensor(sizes, dtype=torch.int64).reshape(-1, 2) if m else torch.zeros(0, 2, dtype=torch.int64)
     return crop_resize(batch, boxes, hw, scale=scale, mean=mean, std=std, strategy=strategy, block_elems=block_elems)
+
+
+@register_fake("octopus::crop_resize")
+def _crop_resize_fake(values, offsets, sizes, boxes, channels, out_h, out_w, scale=1.0, mean=None, std=None,
+                      validate=True):
+    torch._check(boxes.dim() == 2 and boxes.shape[1] == 5, lambda: "boxes must be [K, 5]")
+    return values.new_empty((boxes.shape[0], channels, out_h, out_w), dtype=out_dtype(values.dtype))
+
+
+@register_fake("octopus::crop_resize_backward")
+def _crop_resize_backward_fake(grad, values, offsets, sizes, boxes, scale=1.0, std=None):
+    return torch.empty_like(values)
+
+
+def _crop_resize_setup_context(ctx, inputs, output):
+    values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std, validate = inputs
+    ctx.scale = scale
+    ctx.save_for_backward(values, offsets, sizes, boxes, std)
+
+
+def _crop_resize_backward(ctx, grad):
+    values, offsets, sizes, boxes, std = ctx.saved_tensors
+    grad_values = torch.ops.octopus.crop_resize_backward(grad.contiguous(), values, offsets, sizes, boxes, ctx.scale,
+                                                         std)
+    return grad_values, None, None, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::crop_resize", _crop_resize_backward, setup_context=_crop_resize_setup_context)
+
+
+@register_fake("octopus::crop_resize_ragged")
+def _crop_resize_ragged_fake(values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values,
+                             scale=1.0, mean=None, std=None, strategy="plan", block_elems=0, metadata=None,
+                             validate=True):
+    torch._check(out_offsets.shape[0] == boxes.shape[0] + 1, lambda: "out_offsets must have num_boxes + 1 entries")
+    return values.new_empty((num_out_values,), dtype=out_dtype(values.dtype))
+
+
+@register_fake("octopus::crop_resize_ragged_backward")
+def _crop_resize_ragged_backward_fake(grad, values, offsets, sizes, boxes, channels, out_offsets, out_sizes,
+                                      scale=1.0, std=None):
+    return torch.empty_like(values)
+
+
+def _crop_resize_ragged_setup_context(ctx, inputs, output):
+    (values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values, scale, mean, std, strategy,
+     block_elems, metadata, validate) = inputs
+    ctx.channels, ctx.scale = channels, scale
+    ctx.save_for_backward(values, offsets, sizes, boxes, out_offsets, out_sizes, std)
+
+
+def _crop_resize_ragged_backward(ctx, grad):
+    values, offsets, sizes, boxes, out_offsets, out_sizes, std = ctx.saved_tensors
+    grad_values = torch.ops.octopus.crop_resize_ragged_backward(grad.contiguous(), values, offsets, sizes, boxes,
+                                                                ctx.channels, out_offsets, out_sizes, ctx.scale, std)
+    return (grad_values,) + (None,) * 14
+
+
+torch.library.register_autograd("octopus::crop_resize_ragged", _crop_resize_ragged_backward,
+                                setup_context=_crop_resize_ragged_setup_context)

@@ -9,26 +9,15 @@ they follow the measurement as it comes in.
 from __future__ import annotations
 
 import math
-import operator
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import torch
 
-from .ragged import RaggedBatch
+from ..ragged import RaggedBatch
+from .arguments import whole_number
 
 # With a budget but no measurement yet, the first slices take this fraction of the work.
 _PROBE_FRACTION = 1 / 64
-
-
-def whole_number(value: Any, name: str, minimum: int = 0) -> int:
-    """``value`` as an int of at least ``minimum``; a clear error naming ``name`` otherwise."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if number < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {number}")
-    return number
 
 
 class SliceSizer:

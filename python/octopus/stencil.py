@@ -7,7 +7,8 @@ from typing import Optional, Sequence, Union, overload
 
 import torch
 
-from . import _registrations, tuning  # noqa: F401
+from . import tuning
+from ._registrations import item_sums, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
@@ -130,3 +131,49 @@ def depthwise_conv3x3(batch: RaggedLike, weight: torch.Tensor, *, border: str = 
     if not isinstance(weight, torch.Tensor) or weight.dim() not in (3, 4):
         raise ValueError(f"weight must be a [C, 3, 3] or [C, 1, 3, 3] tensor, got {describe(weight)}")
     return stencil3x3(batch, weight, border=border, strategy=strategy, block_elems=block_elems)
+
+
+@register_fake("octopus::stencil3x3")
+def _stencil3x3_fake(values, offsets, sizes, weight, border="replicate", strategy="plan", block_elems=0,
+                     metadata=None, validate=True):
+    torch._check(weight.dim() == 2 and weight.shape[1] == 9, lambda: "weight must be [channels, 9]")
+    return values.new_empty(values.shape, dtype=out_dtype(values.dtype))
+
+
+@register_fake("octopus::stencil3x3_backward")
+def _stencil3x3_backward_fake(grad, offsets, sizes, weight, border="replicate", strategy="plan", block_elems=0,
+                              metadata=None, validate=True):
+    return torch.empty_like(grad)
+
+
+def _stencil3x3_setup_context(ctx, inputs, output):
+    values, offsets, sizes, weight, border, strategy, block_elems, metadata, validate = inputs
+    ctx.border, ctx.strategy, ctx.block_elems = border, strategy, block_elems
+    ctx.save_for_backward(values if ctx.needs_input_grad[3] else None, offsets, sizes, weight, metadata)
+
+
+def _stencil3x3_backward(ctx, grad):
+    """The values' gradient is the adjoint stencil (replicated borders send the gradient of
+    every tap that read an edge pixel back to it). The weight's: tap t of channel c gathers
+    sum(grad * input shifted by t) over that channel of every item — the forward op with a
+    one-hot kernel, then per-(item, channel) sums."""
+    values, offsets, sizes, weight, metadata = ctx.saved_tensors
+    grad = grad.to(weight.dtype).contiguous()
+    grad_values = grad_weight = None
+    if ctx.needs_input_grad[0]:
+        grad_values = torch.ops.octopus.stencil3x3_backward(grad, offsets, sizes, weight, ctx.border, ctx.strategy,
+                                                            ctx.block_elems, metadata, False)
+    if ctx.needs_input_grad[3]:
+        channels = weight.shape[0]
+        taps = []
+        for t in range(9):
+            one_hot = torch.zeros_like(weight)
+            one_hot[:, t] = 1
+            shifted = torch.ops.octopus.stencil3x3(values, offsets, sizes, one_hot, ctx.border, ctx.strategy,
+                                                   ctx.block_elems, metadata, False)
+            taps.append(item_sums(shifted.to(weight.dtype) * grad, offsets, channels).sum(0))
+        grad_weight = torch.stack(taps, dim=1)
+    return grad_values, None, None, grad_weight, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::stencil3x3", _stencil3x3_backward, setup_context=_stencil3x3_setup_context)

@@ -6,9 +6,9 @@ from typing import NamedTuple, Optional, Sequence, Union, cast, overload
 
 import torch
 
-from . import _registrations  # noqa: F401
+from ._registrations import register_fake
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
-from .ops import _pointwise
+from .pointwise import run_pointwise
 from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
@@ -131,6 +131,38 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
             scale, center = scale[:, 0], center[:, 0]
     # (x - mean) * scale rather than x * scale + shift: an item of (nearly) constant values has a
     # scale near 1 / eps, and the shift's rounding would be multiplied by it.
-    out = _pointwise(batch, "center_scale", center.to(param_dtype).contiguous(), scale.to(param_dtype).contiguous(),
+    out = run_pointwise(batch, "center_scale", center.to(param_dtype).contiguous(), scale.to(param_dtype).contiguous(),
                      "mean", "std", 1.0, "auto", block_elems)
     return given.result(cast(RaggedBatch, out))  # a RaggedBatch in, a RaggedBatch out
+
+
+@register_fake("octopus::item_stats")
+def _item_stats_fake(values, offsets, channels=0, block_elems=0, plan=None, validate=True):
+    return values.new_empty((offsets.shape[0] - 1, max(channels, 1), 4), dtype=torch.float64)
+
+
+def _item_stats_setup_context(ctx, inputs, output):
+    values, offsets, channels = inputs[:3]
+    ctx.channels = channels
+    ctx.save_for_backward(values, offsets, output)
+
+
+def _item_stats_backward(ctx, grad):
+    # d sum / dx = 1 and d M2 / dx = 2 (x - mean) within the element's (item, channel): the
+    # gradient is x * (2 g_M2) + (g_sum - 2 g_M2 mean), an affine op. min and max have none.
+    values, offsets, stats = ctx.saved_tensors
+    planes = stats.shape[1]
+    count = (offsets.diff() // planes).to(torch.float64).clamp_min(1).unsqueeze(1)
+    g_sum, g_m2 = grad[..., 0], grad[..., 1]
+    mean = stats[..., 0] / count
+    acc = torch.float64 if values.dtype == torch.float64 else torch.float32
+    scale = (2 * g_m2).to(acc)
+    bias = torch.nan_to_num(g_sum - 2 * g_m2 * mean).to(acc)
+    if ctx.channels == 0:
+        scale, bias = scale[:, 0], bias[:, 0]
+    grad_values = torch.ops.octopus.affine(values, offsets, scale.contiguous(), bias.contiguous(), "block_search", 0,
+                                           None, False)
+    return grad_values.to(values.dtype), None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::item_stats", _item_stats_backward, setup_context=_item_stats_setup_context)

@@ -9,9 +9,9 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import _registrations  # noqa: F401
+from ._registrations import register_fake
 from ._messages import describe
-from .geometry import crop_resize
+from .crop_resize import crop_resize
 from .ragged import RaggedBatch
 
 
@@ -60,3 +60,10 @@ def tile_filter(image: torch.Tensor, tiles: torch.Tensor, threshold: float, *, m
     frame = (image if image.dim() == 3 else image.unsqueeze(0)).unsqueeze(0)
     kept = crop_resize(frame, boxes, None, validate=False)
     return TileFilter(mean, fraction, keep, kept, kept_index)
+
+
+@register_fake("octopus::tile_stats")
+def _tile_stats_fake(image, tiles, threshold, min_mean, max_mean, min_fraction, max_fraction, validate=True):
+    t = tiles.shape[0]
+    return (image.new_empty((t,), dtype=torch.float64), image.new_empty((t,), dtype=torch.float64),
+            image.new_empty((t,), dtype=torch.bool))

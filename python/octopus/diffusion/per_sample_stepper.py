@@ -20,7 +20,7 @@ from typing import Any, Sequence, cast
 
 import torch
 
-from .scheduler import StreamScheduler
+from ..scheduling import StreamScheduler
 
 MODES = ("loop", "streams", "grouped")
 # Scheduler attributes that hold per-sample tensors (multistep history and the like) in

@@ -24,10 +24,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 
-from ._messages import describe
-from .ragged import RaggedBatch
-from .scheduler import ReleaseEvent, StreamScheduler, _current_streams, _deadline, _priority, _record_stream
-from .slicing import whole_number
+from .._messages import describe
+from ..ragged import RaggedBatch
+from .arguments import parse_deadline, parse_priority, whole_number
+from .scheduler import ReleaseEvent, StreamScheduler
+from .streams import current_streams, record_stream
 
 # Weight of the newest batch in the typical run time.
 _RUN_TIME_WEIGHT = 0.25
@@ -115,8 +116,8 @@ class Batcher:
                deadline: Optional[float] = None) -> concurrent.futures.Future[Any]:
         """Queues one request; returns the future of its result. ``priority`` as in
         :meth:`StreamScheduler.acquire`; ``deadline`` in seconds from now."""
-        value = _priority(priority)
-        relative = _deadline(deadline)
+        value = parse_priority(priority)
+        relative = parse_deadline(deadline)
         now = time.monotonic()
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         absolute = None if relative is None else now + relative
@@ -124,7 +125,7 @@ class Batcher:
         entry = _Request((-value, absolute if absolute is not None else math.inf, next(self._arrivals)), request, value,
                          absolute, now, elements, future)
         if self._cuda:
-            entry.consumers = _current_streams(self.scheduler.devices)
+            entry.consumers = current_streams(self.scheduler.devices)
             if isinstance(request, torch.Tensor) and request.is_cuda:
                 entry.ready = torch.cuda.Event()
                 entry.ready.record(torch.cuda.current_stream(request.device))
@@ -227,14 +228,14 @@ class Batcher:
                         for r in batch:
                             if r.ready is not None:
                                 lease.stream.wait_event(r.ready)
-                        _record_stream(items, lease.stream)  # read there
+                        record_stream(items, lease.stream)  # read there
                         output = self.fn(_pack(items, lease.device))
             if lease.stream is not None:
                 cast(ReleaseEvent, lease.release_event).synchronize()  # set when the lease was returned
             results = _split(output, len(batch))
             if lease.stream is not None:
                 for r, result in zip(batch, results):  # used on the submitter's stream
-                    _record_stream(result, r.consumers[lease.device_index])
+                    record_stream(result, r.consumers[lease.device_index])
         except BaseException as error:  # noqa: BLE001 (handed to exactly this call's futures)
             with self._condition:
                 self._counts["failed_batches"] += 1

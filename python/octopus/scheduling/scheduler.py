@@ -15,17 +15,17 @@ the streams and keeping tensors alive correctly.
 from __future__ import annotations
 
 import concurrent.futures
-import math
-import operator
-import threading
 from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, cast
 
 import torch
-import torch.utils._pytree as pytree
 
-from . import _library
-from .ragged import RaggedBatch
-from .slicing import SliceSizer, count_slices, item_ranges, whole_number
+from .. import _library
+from ..ragged import RaggedBatch
+from .arguments import (DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout,
+                        whole_number)
+from .executor import LeaseExecutor
+from .slicing import SliceSizer, count_slices, item_ranges
+from .streams import record_stream
 
 _C = _library._C
 
@@ -37,53 +37,6 @@ DeadlineMissed.__doc__ = ("A request's deadline cannot be met: on arrival (by th
                           "hold times and the wait ahead of it), or because it passed while the request waited. "
                           "A subclass of LeaseTimeout.")
 DeadlineMissed.__module__ = __name__
-
-_PRIORITIES = {"low": -1, "normal": 0, "high": 1}
-_DEFAULT: Any = object()  # "not given": the scheduler's default timeout (Any: the default of a float | None)
-
-
-def _priority(value: int | str) -> int:
-    if value.__class__ is str and value in _PRIORITIES:
-        return _PRIORITIES[value]
-    if isinstance(value, bool):
-        raise TypeError("priority must be 'low', 'normal', 'high' or an int, got a bool")
-    if isinstance(value, int):
-        return value
-    raise ValueError(f"priority must be 'low', 'normal', 'high' or an int, got {value!r}")
-
-
-def _shape(shape: Sequence[int] | torch.Size | None) -> list[int]:
-    if shape is None:
-        return []
-    if isinstance(shape, int):
-        return [shape]
-    try:
-        if isinstance(shape, (str, bytes)):
-            raise TypeError
-        return [operator.index(s) for s in shape]
-    except TypeError:
-        raise TypeError(f"shape must be a sequence of ints or None, got {shape!r}") from None
-
-
-def _deadline(deadline: float | None) -> float | None:
-    if deadline is None:
-        return None
-    deadline = float(deadline)
-    if math.isnan(deadline):
-        raise ValueError("deadline must be a number of seconds from now, got nan")
-    return deadline
-
-
-def _timeout(timeout: float | None) -> float | None:
-    if timeout is _DEFAULT:
-        return None
-    if timeout is None:
-        return -1.0
-    timeout = float(timeout)
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be a non-negative number of seconds or None (wait for ever), got {timeout}")
-    return timeout
-
 
 class ReleaseEvent:
     """The CUDA event a lease recorded on its stream when it was returned."""
@@ -264,7 +217,7 @@ class StreamScheduler:
         if backend == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("octopus.StreamScheduler: no CUDA device is available to this torch; "
                                "use backend='simulated' to run the scheduler without a GPU")
-        default_timeout = _timeout(timeout)
+        default_timeout = parse_timeout(timeout)
         max_pause = -1.0 if best_effort_max_pause is None else float(best_effort_max_pause)
         if max_pause < 0 and best_effort_max_pause is not None:
             raise ValueError(f"best_effort_max_pause must be a non-negative number of seconds or None, "
@@ -283,13 +236,12 @@ class StreamScheduler:
             min_leases_per_device=int(min_leases_per_device), utilization_interval=float(utilization_interval))
         self._cuda = backend == "cuda"
         self._streams: dict[int, tuple[torch.cuda.Stream, torch.device]] = {}  # by stream pointer
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._executor = LeaseExecutor(self)
 
     # -- leases -------------------------------------------------------------------------
 
     def acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *, priority: int | str = "normal",
-                timeout: float | None = _DEFAULT, device: int | torch.device | None = None, bytes: int = 0,
+                timeout: float | None = DEFAULT, device: int | torch.device | None = None, bytes: int = 0,
                 deadline: float | None = None, best_effort: bool = False) -> Lease:
         """Leases a stream, waiting (GIL released) while the device is at capacity.
 
@@ -303,8 +255,8 @@ class StreamScheduler:
         one priority earliest-deadline-first. Raises :class:`LeaseTimeout` naming the limit
         that was hit, :class:`DeadlineMissed` where the deadline cannot be met.
         """
-        lease = self._impl.acquire(kind, _shape(shape), _priority(priority), _timeout(timeout),
-                                   self._device_index(device), bytes, _deadline(deadline), bool(best_effort))
+        lease = self._impl.acquire(kind, parse_shape(shape), parse_priority(priority), parse_timeout(timeout),
+                                   self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort))
         return self._wrap(lease)
 
     def try_acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *,
@@ -312,13 +264,13 @@ class StreamScheduler:
                     bytes: int = 0, deadline: float | None = None, best_effort: bool = False) -> Lease | None:
         """A lease if one can be granted now (nobody served before it waiting for the
         device), else None. Never blocks; an infeasible deadline raises as in :meth:`acquire`."""
-        lease = self._impl.try_acquire(kind, _shape(shape), _priority(priority), self._device_index(device), bytes,
-                                       _deadline(deadline), bool(best_effort))
+        lease = self._impl.try_acquire(kind, parse_shape(shape), parse_priority(priority), self._device_index(device), bytes,
+                                       parse_deadline(deadline), bool(best_effort))
         return None if lease is None else self._wrap(lease)
 
     def run_sliced(self, fn: Callable[..., Any], work: int | RaggedBatch, size: int | None = None, *,
                    budget: float | None = None, kind: str = "sliced", shape: Sequence[int] | None = None,
-                   priority: int | str = "low", best_effort: bool = False, timeout: float | None = _DEFAULT,
+                   priority: int | str = "low", best_effort: bool = False, timeout: float | None = DEFAULT,
                    device: int | torch.device | None = None, bytes: int = 0,
                    deadline: float | None = None) -> list[Any]:
         """Runs long work in slices under one lease (best-effort by default), on the calling
@@ -349,10 +301,10 @@ class StreamScheduler:
             consumer = torch.cuda.current_stream(lease.device)
             lease.stream.wait_stream(consumer)
             if isinstance(work, RaggedBatch):
-                _record_stream((work.values, work.offsets, work.sizes), lease.stream)
+                record_stream((work.values, work.offsets, work.sizes), lease.stream)
             with torch.cuda.device(lease.device), torch.cuda.stream(lease.stream):
                 results = [fn(*part) for part in parts]
-            _record_stream(results, consumer)
+            record_stream(results, consumer)
         cast(ReleaseEvent, lease.release_event).wait(consumer)  # set when the lease was returned
         return results
 
@@ -368,7 +320,7 @@ class StreamScheduler:
     def estimate_occupancy(self, kind: str, shape: Sequence[int] | None = None, device: int | None = None) -> float:
         """The occupancy estimate a lease of ``kind`` and ``shape`` gets."""
         index = self._device_index(device)
-        return cast(float, self._impl.estimate_occupancy(kind, _shape(shape), self.devices[0] if index < 0 else index))
+        return cast(float, self._impl.estimate_occupancy(kind, parse_shape(shape), self.devices[0] if index < 0 else index))
 
     def seconds_per_unit(self, kind: str) -> float | None:
         """Device seconds per unit (row, element) of ``kind``'s sliced work: a moving average
@@ -437,11 +389,10 @@ class StreamScheduler:
         caller's stream waits for the lease's work, and tensors crossing streams are
         recorded with ``record_stream``). ``acquire_options`` go to :meth:`acquire`.
         """
-        task = self._task(dict(acquire_options or {}))
-        return self._executor().submit(task, fn, args, kwargs, None)
+        return self._executor.submit(fn, args, kwargs, dict(acquire_options or {}))
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any], *, kind: str = "map",
-            shape: Sequence[int] | None = None, priority: int | str = "normal", timeout: float | None = _DEFAULT,
+            shape: Sequence[int] | None = None, priority: int | str = "normal", timeout: float | None = DEFAULT,
             device: int | torch.device | None = None) -> list[Any]:
         """``[fn(item) for item in items]``, each call on a leased stream, results in order.
 
@@ -450,33 +401,12 @@ class StreamScheduler:
         exception of the earliest failing item is raised. ``fn`` must not call ``map`` or
         ``submit`` of the same scheduler (it would wait on its own pool).
         """
-        items = list(items)
-        if not items:
-            return []
-        cancelled = threading.Event()
-        task = self._task(dict(kind=kind, shape=shape, priority=priority, timeout=timeout, device=device))
-        pool = self._executor()
-        futures = [pool.submit(task, fn, (item,), {}, cancelled) for item in items]
-        results, failure = [], None
-        for future in futures:
-            try:
-                results.append(future.result())
-            except _Skipped:
-                continue
-            except BaseException as error:  # noqa: BLE001 (re-raised once every lease is back)
-                cancelled.set()
-                if failure is None:
-                    failure = error
-        if failure is not None:
-            raise failure
-        return results
+        return self._executor.map(fn, items, dict(kind=kind, shape=shape, priority=priority, timeout=timeout,
+                                                  device=device))
 
     def close(self) -> None:
         """Waits for submitted work and stops the thread pool."""
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        self._executor.close()
 
     def __enter__(self) -> "StreamScheduler":
         return self
@@ -512,56 +442,3 @@ class StreamScheduler:
             device = torch.device("cuda", lease.device)
             known = self._streams[ptr] = (torch.cuda.ExternalStream(ptr, device=device), device)
         return Lease(lease, self._impl, *known)
-
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.capacity,
-                                                                   thread_name_prefix="octopus-lease")
-            return self._pool
-
-    def _task(self, options: dict[str, Any]) -> Callable[..., Any]:
-        """A pool task bound to the caller's current streams (captured now, on the caller's
-        thread): the lease waits for their queued work, and they wait for the lease's."""
-        consumers = _current_streams(self.devices) if self._cuda else {}
-        ready: dict[int, torch.cuda.Event] = {}
-        for d, stream in consumers.items():
-            ready[d] = torch.cuda.Event()
-            ready[d].record(stream)
-
-        def run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                cancelled: threading.Event | None) -> Any:
-            if cancelled is not None and cancelled.is_set():
-                raise _Skipped
-            with self.acquire(**options) as lease:
-                if lease.stream is None:
-                    return fn(*args, **kwargs)
-                consumer = consumers[lease.device_index]
-                lease.stream.wait_event(ready[lease.device_index])
-                _record_stream((args, kwargs), lease.stream)
-                with torch.cuda.device(lease.device), torch.cuda.stream(lease.stream):
-                    result = fn(*args, **kwargs)
-                _record_stream(result, consumer)
-            cast(ReleaseEvent, lease.release_event).wait(consumer)  # set when the lease was returned
-            return result
-
-        return run
-
-
-class _Skipped(Exception):
-    """A map item that was not started because an earlier item failed."""
-
-
-def _record_stream(tree: Any, stream: torch.cuda.Stream) -> None:
-    """Tells the caching allocator that the CUDA tensors in ``tree`` (RaggedBatches' too)
-    are used on ``stream``."""
-    for leaf in pytree.tree_leaves(tree):
-        tensors = (leaf.values, leaf.offsets, leaf.sizes) if isinstance(leaf, RaggedBatch) else (leaf,)
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.is_cuda:
-                t.record_stream(stream)
-
-
-def _current_streams(devices: Iterable[int]) -> dict[int, torch.cuda.Stream]:
-    """The calling thread's current stream on each device."""
-    return {d: torch.cuda.current_stream(d) for d in devices}
