@@ -13,6 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 import octopus
+from octopus._timing import percentile  # octopus's one percentile rule (nearest rank): harness.percentile
 from octopus.bench.__main__ import _count as positive_int  # octopus-bench's argparse type: a positive int
 from octopus.bench.report import environment
 
@@ -137,13 +138,6 @@ def time_pipeline(preprocess: Callable[[int], torch.Tensor], model: Callable[[to
     return result
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation between the sorted values."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def median(values: Sequence[float]) -> float:

@@ -46,6 +46,7 @@ import octopus.distributed as odist
 from octopus.distributed import packing
 from octopus.distributed.agreement import Contribution, RankGroup
 
+from .._timing import percentile
 from .affine import make_batch
 from .distributions import DISTRIBUTIONS, make_sizes
 from .report import environment
@@ -184,7 +185,7 @@ class _Bench:
         result = {}
         for name in methods:
             slowest = [max(ts) for ts in zip(*(e[name] for e in every))]
-            result[name] = dict(ms=statistics.median(slowest), p90_ms=_percentile(slowest, 90), times_ms=slowest,
+            result[name] = dict(ms=statistics.median(slowest), p90_ms=percentile(slowest, 90), times_ms=slowest,
                                 rank_ms=[statistics.median(e[name]) for e in every])
         return result
 
@@ -297,11 +298,6 @@ def _moved(move: packing.ItemMove, values: torch.Tensor, min_run_elements: int) 
         return move.move(values)
     finally:
         packing.MIN_SLICED_RUN_ELEMENTS.update(saved)
-
-
-def _percentile(values: List[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
 
 
 def format_report(result: dict) -> str:

@@ -65,6 +65,7 @@ import octopus
 from octopus import diffusion as od
 from octopus.diffusion.rows import to_device
 
+from .._timing import percentile as nearest_rank
 from .energy import GpuSampler
 from .report import environment
 
@@ -145,10 +146,8 @@ def iteration_summary(spans: list) -> dict:
 
 
 def percentile(values: list, q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+    """octopus's percentile rule (nearest rank), None for no values."""
+    return nearest_rank(values, q) if values else None
 
 
 def summarize(workload: list[dict], completions: dict) -> dict:
