@@ -61,6 +61,79 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
 }
 
 py::object optional_number(const std::optional<double>& value) { return value ? py::cast(*value) : py::none(); }
+
+py::dict control_dict(const sched::ControlStats& c) {
+  py::dict out;
+  out["enabled"] = c.enabled;
+  out["step"] = c.step;
+  out["steps"] = c.steps;
+  out["slice_budget_s"] = c.settings.slice_budget_s;
+  out["in_flight"] = c.settings.in_flight;
+  out["reserved_sms"] = c.settings.reserved_sms;
+  out["throttle"] = sched::throttle_mode_name(c.settings.throttle);
+  out["probing"] = c.probing;
+  out["climbs"] = c.climbs;
+  out["descents"] = c.descents;
+  out["probes"] = c.probes;
+  out["best_effort_units"] = c.best_effort_units;
+  out["reserves"] = c.reserves;
+  out["partition_error"] = c.partition_error;
+  py::dict kinds;
+  for (const sched::KindControl& k : c.kinds) {
+    py::dict kd;
+    kd["target_s"] = optional_number(k.target_s);
+    kd["alone_p99_s"] = optional_number(k.alone_p99_s);
+    kd["recent_p99_s"] = optional_number(k.recent_p99_s);
+    kd["samples"] = k.samples;
+    kd["judged"] = k.judged;
+    kd["within_target"] = k.within_target;
+    kd["attainment"] = k.judged ? py::cast(static_cast<double>(k.within_target) / static_cast<double>(k.judged))
+                                : py::none();
+    kd["alone_samples"] = k.alone_samples;
+    kd["infeasible"] = k.infeasible;
+    kd["infeasible_reason"] = k.infeasible_reason;
+    kinds[py::str(k.kind)] = kd;
+  }
+  out["kinds"] = kinds;
+  return out;
+}
+
+// SchedulerConfig, field by field: the one binding of its fields (python/octopus/scheduling/config.py
+// mirrors them as a dataclass, and a test checks the two agree). Enums go as their names.
+void bind_config(py::module_& m) {
+  using C = sched::SchedulerConfig;
+  const auto throttle_name = [](const std::optional<sched::ThrottleMode>& t) -> py::object {
+    if (!t) return py::none();
+    return py::str(sched::throttle_mode_name(*t));
+  };
+  py::class_<C>(m, "SchedulerConfig")
+      .def(py::init<>())
+      .def_readwrite("max_leases_per_device", &C::max_leases_per_device)
+      .def_readwrite("max_best_effort_leases_per_device", &C::max_best_effort_leases_per_device)
+      .def_readwrite("max_occupancy", &C::max_occupancy)
+      .def_readwrite("default_occupancy", &C::default_occupancy)
+      .def_readwrite("memory_reserve", &C::memory_reserve)
+      .def_readwrite("memory_poll_interval_s", &C::memory_poll_interval_s)
+      .def_readwrite("timeout_s", &C::timeout_s)
+      .def_readwrite("devices", &C::devices)
+      .def_readwrite("record_timeline", &C::record_timeline)
+      .def_readwrite("timeline_capacity", &C::timeline_capacity)
+      .def_property("throttle", [=](const C& c) { return throttle_name(c.throttle); },
+                    [](C& c, const std::optional<std::string>& name) {
+                      c.throttle = name ? std::optional(sched::parse_throttle_mode(*name)) : std::nullopt;
+                    })
+      .def_readwrite("best_effort_in_flight", &C::best_effort_in_flight)
+      .def_readwrite("reserved_sms", &C::reserved_sms)
+      .def_readwrite("best_effort_max_pause_s", &C::best_effort_max_pause_s)
+      .def_readwrite("latency_control", &C::latency_control)
+      .def_readwrite("latency_ratio", &C::latency_ratio)
+      .def_property("infeasible_deadline", [](const C& c) { return sched::infeasible_deadline_name(c.infeasible_deadline); },
+                    [](C& c, const std::string& name) { c.infeasible_deadline = sched::parse_infeasible_deadline(name); })
+      .def_readwrite("target_utilization", &C::target_utilization)
+      .def_readwrite("min_leases_per_device", &C::min_leases_per_device)
+      .def_readwrite("utilization_interval_s", &C::utilization_interval_s)
+      .def("validate", [](const C& c) { sched::validate(c); });
+}
 template <std::size_t N>
 py::tuple names(const char* const (&list)[N]) {
   py::tuple out(N);
@@ -117,6 +190,7 @@ py::dict stats_dict(const sched::SchedulerStats& s) {
     dd["total_bytes"] = d.total_bytes;
     dd["partition_sms"] = d.partition_sms;
     dd["utilization"] = optional_number(d.utilization);
+    dd["control"] = control_dict(d.control);
     devices.append(dd);
   }
   out["devices"] = devices;
@@ -124,6 +198,7 @@ py::dict stats_dict(const sched::SchedulerStats& s) {
 }
 
 void bind_scheduler(py::module_& m) {
+  bind_config(m);
   auto lease_timeout = py::register_exception<sched::LeaseTimeout>(m, "LeaseTimeout", PyExc_TimeoutError);
   py::register_exception<sched::DeadlineMissed>(m, "DeadlineMissed", lease_timeout.ptr());
   py::class_<sched::SimulatedBackend>(m, "SimulatedBackend")
@@ -163,45 +238,17 @@ void bind_scheduler(py::module_& m) {
       .def("checkpoint", &sched::Lease::checkpoint, py::arg("units"), py::call_guard<py::gil_scoped_release>());
 
   py::class_<sched::StreamScheduler>(m, "StreamScheduler")
-      .def(py::init([](int max_leases_per_device, double max_occupancy, double default_occupancy, double memory_reserve,
-                       double memory_poll_interval, double timeout, std::vector<int> devices, bool record_timeline,
-                       std::size_t timeline_capacity, const std::string& backend, int simulated_devices, bool use_nvml,
-                       int max_best_effort_leases, const std::string& throttle, int best_effort_in_flight,
-                       double best_effort_max_pause, int reserved_sms, const std::string& infeasible_deadline,
-                       std::optional<double> target_utilization, int min_leases_per_device, double utilization_interval) {
-             sched::SchedulerConfig c;
-             c.max_leases_per_device = max_leases_per_device;
-             c.max_occupancy = max_occupancy;
-             c.default_occupancy = default_occupancy;
-             c.memory_reserve = memory_reserve;
-             c.memory_poll_interval_s = memory_poll_interval;
-             c.timeout_s = timeout;
-             c.devices = std::move(devices);
-             c.record_timeline = record_timeline;
-             c.timeline_capacity = timeline_capacity;
-             c.max_best_effort_leases_per_device = max_best_effort_leases;
-             c.throttle = sched::parse_throttle_mode(throttle);
-             c.best_effort_in_flight = best_effort_in_flight;
-             c.best_effort_max_pause_s = best_effort_max_pause;
-             c.reserved_sms = reserved_sms;
-             c.infeasible_deadline = sched::parse_infeasible_deadline(infeasible_deadline);
-             c.target_utilization = target_utilization;
-             c.min_leases_per_device = min_leases_per_device;
-             c.utilization_interval_s = utilization_interval;
+      .def(py::init([](const sched::SchedulerConfig& config, const std::string& backend, int simulated_devices,
+                       bool use_nvml) {
              // Checked before the backend is made: a bad option is a ValueError, not a CUDA error.
-             sched::validate(c);
-             auto s = std::make_unique<sched::StreamScheduler>(c, make_backend(backend, simulated_devices, use_nvml));
+             sched::validate(config);
+             auto s = std::make_unique<sched::StreamScheduler>(config, make_backend(backend, simulated_devices, use_nvml));
              if (backend == "cuda") {
                for (const auto& [kind, profile] : octopus::octopus_kernel_profiles()) s->register_kernel(kind, profile);
              }
              return s;
            }),
-           py::arg("max_leases_per_device"), py::arg("max_occupancy"), py::arg("default_occupancy"),
-           py::arg("memory_reserve"), py::arg("memory_poll_interval"), py::arg("timeout"), py::arg("devices"),
-           py::arg("record_timeline"), py::arg("timeline_capacity"), py::arg("backend"), py::arg("simulated_devices"),
-           py::arg("use_nvml"), py::arg("max_best_effort_leases"), py::arg("throttle"), py::arg("best_effort_in_flight"),
-           py::arg("best_effort_max_pause"), py::arg("reserved_sms"), py::arg("infeasible_deadline"),
-           py::arg("target_utilization"), py::arg("min_leases_per_device"), py::arg("utilization_interval"))
+           py::arg("config"), py::arg("backend"), py::arg("simulated_devices"), py::arg("use_nvml"))
       .def("acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                          std::optional<double> timeout, int device, int64_t bytes, std::optional<double> deadline,
                          bool best_effort) {
@@ -227,6 +274,11 @@ void bind_scheduler(py::module_& m) {
       .def("seconds_per_unit", &sched::StreamScheduler::seconds_per_unit, py::arg("kind"))
       .def("set_seconds_per_unit", &sched::StreamScheduler::set_seconds_per_unit, py::arg("kind"), py::arg("seconds"))
       .def("adapt_concurrency", &sched::StreamScheduler::adapt_concurrency, py::call_guard<py::gil_scoped_release>())
+      .def("set_target", &sched::StreamScheduler::set_target, py::arg("kind"), py::arg("p99_s"), py::arg("ratio"))
+      .def("slice_budget_s", &sched::StreamScheduler::slice_budget_s, py::arg("device"))
+      .def("take_reports", &sched::StreamScheduler::take_reports)
+      .def_property_readonly("has_reports", &sched::StreamScheduler::has_reports)
+      .def_property_readonly("config", [](const sched::StreamScheduler& s) { return s.config(); })
       .def_property_readonly("simulated_backend", [](sched::StreamScheduler& s) {
              auto* simulated = dynamic_cast<sched::SimulatedBackend*>(&s.backend());
              if (simulated == nullptr) throw std::invalid_argument("simulated_backend needs backend=\"simulated\"");

@@ -193,6 +193,7 @@ TEST(SchedulerClasses, LateReturnIsADeadlineMiss) {
 
 TEST(SchedulerClasses, ThrottledHolderStopsAtCheckpointsUntilLatencyCriticalWorkIsDone) {
   SchedulerConfig c = leases(4);
+  c.latency_control = false;  // the fixed mechanisms alone
   c.best_effort_max_pause_s = -1.0;  // no limit: the pause lasts as long as the lease
   c.best_effort_in_flight = 0;       // only the throttle here
   auto f = make(c);
@@ -242,6 +243,7 @@ TEST(SchedulerClasses, AHolderThatNeverCallsCheckpointIsNotThrottled) {
 
 TEST(SchedulerClasses, PausesAreBoundedByMaxPause) {
   SchedulerConfig c = leases(4);
+  c.latency_control = false;  // the fixed mechanisms alone
   c.best_effort_max_pause_s = 0.05;
   c.best_effort_in_flight = 0;
   auto f = make(c);
@@ -256,6 +258,7 @@ TEST(SchedulerClasses, PausesAreBoundedByMaxPause) {
 
 TEST(SchedulerClasses, WaitingModeThrottlesOnlyWhileLatencyCriticalWorkWaits) {
   SchedulerConfig c = leases(2);
+  c.latency_control = false;  // the fixed mechanisms alone
   c.throttle = ThrottleMode::Waiting;
   c.best_effort_max_pause_s = -1.0;
   c.best_effort_in_flight = 0;
@@ -483,6 +486,7 @@ TEST(SchedulerClasses, BestEffortStreamsOnAPartition) {
 
 TEST(SchedulerClasses, StatsAndTraceCarryTheClasses) {
   SchedulerConfig c = leases(2);
+  c.latency_control = false;  // the fixed mechanisms alone
   c.record_timeline = true;
   c.best_effort_max_pause_s = 0.01;
   c.best_effort_in_flight = 0;

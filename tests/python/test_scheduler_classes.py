@@ -112,7 +112,7 @@ def test_deadline_passing_while_waiting_and_late_returns():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_throttled_best_effort_holder_stops_launching(backend):
-    sched = octopus.StreamScheduler(4, backend=backend, best_effort_max_pause=None)
+    sched = octopus.StreamScheduler(4, backend=backend, best_effort_max_pause=None, latency_control=False)
     background = sched.acquire("background", best_effort=True)
     x = torch.zeros(1, device="cuda") if backend == "cuda" else None
     launched, stop = [0], threading.Event()
@@ -197,10 +197,10 @@ def test_in_flight_slices_are_bounded(in_flight):
 
 
 def test_slices_of_a_count():
-    sched = simulated(2)
+    sched = simulated(2, latency_control=False)
     with sched.acquire("rows", best_effort=True) as lease:
         assert list(lease.slices(10, 3)) == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 10)]
-        assert list(lease.slices(5)) == [slice(0, 5)]
+        assert list(lease.slices(5)) == [slice(0, 5)]  # no size, no budget, no controller: all at once
         assert list(lease.slices(0, 4)) == []
         with pytest.raises(ValueError, match="size"):
             list(lease.slices(10, 0))
@@ -220,10 +220,21 @@ def test_slices_of_a_count():
         assert next(iter(lease.slices(6400, budget=0.01))) == slice(0, 100)
 
 
+def test_without_a_size_slices_follow_the_latency_controller():
+    sched = simulated(2)
+    budget = sched.slice_budget()
+    assert budget is not None and budget > 0  # the bottom step's slice length
+    sched.set_seconds_per_unit("rows", budget / 40)
+    with sched.acquire("rows", best_effort=True) as lease:
+        parts = list(lease.slices(100))
+    assert parts == [slice(0, 40), slice(40, 80), slice(80, 100)]
+    assert sched.stats()["devices"][0]["control"]["step"] == 0
+    assert simulated(2, latency_control=False).slice_budget() is None
+
 def test_item_slices_are_bounded_views():
     sizes = [(5,), (0,), (7,), (30,), (2,), (2,), (0,), (9,)]
     batch = random_batch(sizes, "cpu")
-    sched = simulated(2)
+    sched = simulated(2, latency_control=False)
     with sched.acquire("items", best_effort=True) as lease:
         parts = list(lease.item_slices(batch, 10))
     assert [(items.start, items.stop) for items, _ in parts] == [(0, 2), (2, 3), (3, 4), (4, 7), (7, 8)]
@@ -300,7 +311,8 @@ def test_best_effort_partition_on_the_simulation():
 
 
 def test_several_devices_throttle_where_latency_critical_work_is():
-    sched = simulated(4, simulated_devices=2, best_effort_in_flight=0, best_effort_max_pause=None)
+    sched = simulated(4, simulated_devices=2, best_effort_in_flight=0, best_effort_max_pause=None,
+                      latency_control=False)
     on0 = sched.acquire(best_effort=True, device=0)
     on1 = sched.acquire(best_effort=True, device=1)
     with sched.acquire(priority="high", device=1):
@@ -316,7 +328,8 @@ def test_several_devices_throttle_where_latency_critical_work_is():
 
 
 def test_stats_and_trace_per_class(tmp_path):
-    sched = simulated(2, record_timeline=True, best_effort_in_flight=0, best_effort_max_pause=0.01)
+    sched = simulated(2, record_timeline=True, best_effort_in_flight=0, best_effort_max_pause=0.01,
+                      latency_control=False)
     with sched.acquire("bg", best_effort=True) as background:
         with sched.acquire("urgent", priority="high", deadline=5.0):
             assert background.checkpoint() >= 0.01

@@ -66,9 +66,16 @@ void validate(const SchedulerConfig& c) {
   }
   if (!(c.memory_poll_interval_s > 0.0)) fail("memory_poll_interval_s must be positive, got " + std::to_string(c.memory_poll_interval_s));
   if (std::isnan(c.timeout_s)) fail("timeout must be a number of seconds (negative waits for ever)");
-  if (c.best_effort_in_flight < 0) fail("best_effort_in_flight must be 0 (no bound) or more, got " + std::to_string(c.best_effort_in_flight));
+  if (c.best_effort_in_flight && *c.best_effort_in_flight < 0) {
+    fail("best_effort_in_flight must be 0 (no bound) or more, got " + std::to_string(*c.best_effort_in_flight));
+  }
   if (std::isnan(c.best_effort_max_pause_s)) fail("best_effort_max_pause must be a number of seconds (negative: no limit)");
-  if (c.reserved_sms < 0) fail("reserved_sms must be 0 (no partition) or more, got " + std::to_string(c.reserved_sms));
+  if (c.reserved_sms && *c.reserved_sms < 0) {
+    fail("reserved_sms must be 0 (no partition) or more, got " + std::to_string(*c.reserved_sms));
+  }
+  if (!(c.latency_ratio >= 1.0 && std::isfinite(c.latency_ratio))) {
+    fail("latency_ratio must be at least 1 (a kind's p99 alone), got " + std::to_string(c.latency_ratio));
+  }
   if (c.target_utilization && !(*c.target_utilization > 0.0 && *c.target_utilization <= 1.0)) {
     fail("target_utilization must be in (0, 1], got " + std::to_string(*c.target_utilization));
   }

@@ -59,15 +59,22 @@ struct SchedulerConfig {
   bool record_timeline = false;
   std::size_t timeline_capacity = std::size_t{1} << 20;
 
-  // Best-effort work: when holders are paused at checkpoints, how many of a holder's
-  // slices may be queued or running on the device at once (0: no bound), and the longest
-  // one pause lasts (negative: no limit) before the holder runs one more slice anyway.
-  ThrottleMode throttle = ThrottleMode::Held;
-  int best_effort_in_flight = 2;
+  // Best-effort work: when holders are paused at their checkpoints, how many of a holder's
+  // slices may be queued or running on the device at once (0: no bound), and SMs of each
+  // device kept free of best-effort work (best-effort streams then run on a green context of
+  // the other SMs; 0: no partition). Unset, the latency controller sets each (where
+  // latency_control is off: Held, 2 and 0); set, it is pinned there.
+  std::optional<ThrottleMode> throttle;
+  std::optional<int> best_effort_in_flight;
+  std::optional<int> reserved_sms;
+  // The longest one pause lasts (negative: no limit) before the holder runs one more slice anyway.
   double best_effort_max_pause_s = 0.25;
-  // SMs of each device kept free of best-effort work: best-effort streams are created on
-  // a green context of the other SMs (0: no partition).
-  int reserved_sms = 0;
+  // Latency control (latency_controller.h): best-effort work held back as far as the
+  // latency-critical kinds' targets need, measured from their completions. A kind's target
+  // is set with set_target, or is latency_ratio x its p99 measured with no best-effort work
+  // on the device.
+  bool latency_control = true;
+  double latency_ratio = 1.5;
 
   InfeasibleDeadline infeasible_deadline = InfeasibleDeadline::Reject;
 

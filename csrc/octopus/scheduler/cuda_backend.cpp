@@ -50,17 +50,19 @@ StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
 
 int CudaBackend::create_partition(int device, int reserved_sms) {
   std::lock_guard<std::mutex> lock(partitions_mutex_);
-  auto& partition = partitions_.at(static_cast<std::size_t>(device));
-  if (partition) throw std::logic_error("octopus StreamScheduler: device " + std::to_string(device) + " is partitioned already");
-  partition = GreenContextPartition::create(device, reserved_sms);
+  auto& partition = partitions_.at(static_cast<std::size_t>(device))[reserved_sms];
+  if (!partition) partition = GreenContextPartition::create(device, reserved_sms);
   return partition->sms();
 }
 
-StreamHandle CudaBackend::create_partition_stream(int device) {
+StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) {
   std::lock_guard<std::mutex> lock(partitions_mutex_);
-  auto& partition = partitions_.at(static_cast<std::size_t>(device));
-  if (!partition) throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
-  return partition->create_stream();
+  auto& by_reserve = partitions_.at(static_cast<std::size_t>(device));
+  const auto it = by_reserve.find(reserved_sms);
+  if (it == by_reserve.end() || !it->second) {
+    throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
+  }
+  return it->second->create_stream();
 }
 
 EventHandle CudaBackend::create_event(int device) {

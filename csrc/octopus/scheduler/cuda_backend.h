@@ -3,6 +3,7 @@
 // green contexts (green_context.h).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,7 +24,7 @@ class CudaBackend final : public DeviceBackend {
   int multiprocessor_count(int device) override;
   StreamHandle create_stream(int device, bool high_priority) override;
   int create_partition(int device, int reserved_sms) override;
-  StreamHandle create_partition_stream(int device) override;
+  StreamHandle create_partition_stream(int device, int reserved_sms) override;
   EventHandle create_event(int device) override;
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;
@@ -39,7 +40,8 @@ class CudaBackend final : public DeviceBackend {
   bool use_nvml_ = false;
   std::vector<std::string> pci_bus_ids_;
   std::mutex partitions_mutex_;
-  std::vector<std::unique_ptr<GreenContextPartition>> partitions_;  // by device; never destroyed (see green_context.h)
+  // By device, then by the SMs each leaves free; never destroyed (see green_context.h).
+  std::vector<std::map<int, std::unique_ptr<GreenContextPartition>>> partitions_;
 };
 
 }  // namespace octopus::scheduler

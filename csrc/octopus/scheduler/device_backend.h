@@ -27,13 +27,14 @@ class DeviceBackend {
   // A stream of high or normal priority on `device`, created once and kept for the
   // life of the process.
   virtual StreamHandle create_stream(int device, bool high_priority) = 0;
-  // Sets `device` up so that partition streams run on a subset of its multiprocessors
-  // that leaves at least `reserved_sms` of them to other streams; returns the subset's
-  // size. Throws std::runtime_error naming the reason where that is not possible.
+  // Makes a partition of `device`: a subset of its multiprocessors that leaves at least
+  // `reserved_sms` of them to other streams; returns the subset's size. A device may have
+  // several, one per reserve. Throws std::runtime_error naming the reason where that is not
+  // possible.
   virtual int create_partition(int device, int reserved_sms) = 0;
-  // A lowest-priority stream on the partition create_partition made, kept for the life of
-  // the process.
-  virtual StreamHandle create_partition_stream(int device) = 0;
+  // A lowest-priority stream on the partition that create_partition made for
+  // `reserved_sms`, kept for the life of the process.
+  virtual StreamHandle create_partition_stream(int device, int reserved_sms) = 0;
   virtual EventHandle create_event(int device) = 0;
   virtual void destroy_event(int device, EventHandle event) noexcept = 0;
   virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;

@@ -30,6 +30,8 @@ class InFlightWindow {
   std::vector<double> wait_until_at_most(std::size_t unfinished);
   // The next slice, of `units` of work, is being launched now.
   void start_slice(double units, Clock::time_point now);
+  // Later marks go on `stream` (the lease moved there, after its work so far).
+  void set_stream(StreamHandle stream) { stream_ = stream; }
   std::size_t size() const { return marks_.size(); }
 
  private:

@@ -67,7 +67,8 @@ double Policy::load(const DeviceState& d) const {
 }
 
 bool Policy::throttled(const DeviceState& d) const {
-  switch (config_.throttle) {
+  if (d.probing) return true;
+  switch (d.control.throttle) {
     case ThrottleMode::Off: return false;
     case ThrottleMode::Waiting: return d.latency_critical_waiting > 0;
     case ThrottleMode::Held:

@@ -14,6 +14,7 @@
 #include "octopus/scheduler/config.h"
 #include "octopus/scheduler/device_backend.h"
 #include "octopus/scheduler/event_pool.h"
+#include "octopus/scheduler/latency_controller.h"
 #include "octopus/scheduler/sample_window.h"
 #include "octopus/scheduler/wait_queue.h"
 
@@ -31,9 +32,23 @@ struct StreamSlot {
 struct DeviceState {
   int device = 0;
   int multiprocessors = 1;
-  int partition_sms = 0;  // best-effort streams run on this many SMs (0: all of them)
-  // [0, n) normal priority, [n, 2n) high priority, [2n, 3n) best-effort
+  // [0, n) normal priority, [n, 2n) high priority, [2n, 3n) best-effort (the best-effort
+  // slots' handles use every SM; partition_streams[k][r] is best-effort slot k's stream on the
+  // partition that keeps reserves[r] SMs free)
   std::vector<StreamSlot> slots;
+  std::vector<int> reserves;  // ascending
+  std::vector<std::vector<StreamHandle>> partition_streams;
+  std::string partition_error;  // why no partition could be made, where none could
+  // How best-effort work runs now: the latency controller's step with the pinned knobs
+  // applied (without a controller: the pinned knobs or their defaults).
+  ControlStep control;
+  std::unique_ptr<LatencyController> controller;  // null where latency_control is off
+  bool probing = false;                 // best-effort holders pause and drain for a probe
+  int best_effort_drained = 0;          // best-effort holders paused with nothing in flight
+  int best_effort_releases_pending = 0; // returned best-effort leases whose work may still run
+  bool best_effort_idle = true;         // no best-effort work can be running
+  uint64_t best_effort_epoch = 0;       // bumped whenever best-effort work may start
+  double best_effort_units = 0.0;       // units of the slices started at checkpoints
   int active = 0;
   int peak = 0;
   int lease_limit = 0;  // max_leases_per_device, or less where it adapts to utilization

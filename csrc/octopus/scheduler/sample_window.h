@@ -35,6 +35,13 @@ class SampleWindow {
   }
 
   std::size_t count() const { return count_; }  // every sample ever added
+  std::size_t size() const { return samples_.size(); }  // the samples kept
+
+  void clear() {
+    samples_.clear();
+    next_ = 0;
+    count_ = 0;
+  }
 
  private:
   std::size_t capacity_;

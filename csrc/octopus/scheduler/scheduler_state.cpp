@@ -110,10 +110,14 @@ void State::grant(Waiter& w, int index, double occupancy) {
   class_stats(w.work_class).granted += 1;
   waits[index_of_class(w.work_class)].add(waited);
   uncount_waiting(w);
+  if (w.work_class == WorkClass::BestEffort) {
+    d.best_effort_epoch += 1;  // its work may start now
+    refresh_idle(d);
+  }
   LeaseGrant& g = w.grant;
   g.id = next_lease_id++;
   g.device = d.device;
-  g.stream = chosen.handle;
+  g.stream = w.work_class == WorkClass::BestEffort ? best_effort_stream(d, slot) : chosen.handle;
   g.slot = slot;
   g.priority = w.priority;
   g.work_class = w.work_class;
@@ -127,8 +131,84 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.granted_us = micros(now);
   g.deadline_us = w.deadline ? micros(*w.deadline) : -1.0;
   g.previous_release = chosen.last_release;
+  g.best_effort_idle = d.best_effort_idle;
+  g.best_effort_epoch = d.best_effort_epoch;
   w.granted = true;
   w.cv.notify_one();
+}
+
+void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& event) {
+  const int index = index_of(g.device);
+  DeviceState& d = devices[static_cast<std::size_t>(index)];
+  StreamSlot& slot = d.slots[static_cast<std::size_t>(g.slot)];
+  slot.leased = false;
+  slot.last_used = ++slot_clock;
+  slot.last_release = event;
+  const std::size_t c = index_of_class(g.work_class);
+  d.active -= 1;
+  d.active_by_class[c] -= 1;
+  // No drift once idle.
+  if (g.work_class == WorkClass::BestEffort) {
+    d.best_effort_occupancy = d.active_by_class[c] == 0 ? 0.0 : d.best_effort_occupancy - g.occupancy;
+  } else {
+    const int others = d.active - d.active_by_class[index_of_class(WorkClass::BestEffort)];
+    d.occupancy = others == 0 ? 0.0 : d.occupancy - g.occupancy;
+  }
+  d.bytes_held -= g.bytes;
+  const auto now = Clock::now();
+  const double released_us = micros(now);
+  const double held = (released_us - g.granted_us) * 1e-6;
+  counters.released += 1;
+  ClassStats& stats = class_stats(g.work_class);
+  stats.released += 1;
+  holds[c].add(held);
+  kinds[g.kind].holds.add(held);
+  if (d.controller && event) {
+    if (g.work_class == WorkClass::LatencyCritical) {
+      pending_latencies.push_back(PendingLatency{g.kind, index, g.requested_us, released_us, -1.0, event,
+                                                 g.best_effort_idle, g.best_effort_epoch});
+      control_wake.notify_one();
+    } else if (g.work_class == WorkClass::BestEffort) {
+      d.best_effort_releases_pending += 1;
+      pending_releases.push_back(PendingRelease{index, event});
+      control_wake.notify_one();
+    }
+  }
+  if (g.work_class == WorkClass::BestEffort) refresh_idle(d);
+  TimelineEntry entry = lease_entry(g, TimelineEntry::Type::Lease);
+  entry.queued = g.queued;
+  entry.requested_us = g.requested_us;
+  entry.granted_us = g.granted_us;
+  entry.released_us = released_us;
+  entry.deadline_us = g.deadline_us;
+  if (g.deadline_us >= 0.0 && released_us > g.deadline_us) {
+    stats.deadline_late += 1;
+    TimelineEntry miss = entry;
+    miss.type = TimelineEntry::Type::DeadlineMiss;
+    miss.granted_us = released_us;
+    miss.reason = "late";
+    record(std::move(entry));
+    record(std::move(miss));
+  } else {
+    record(std::move(entry));
+  }
+  if (g.work_class == WorkClass::LatencyCritical) throttle_changed.notify_all();
+  schedule();
+}
+
+StreamHandle State::best_effort_stream(const DeviceState& d, int slot) const {
+  const int reserve = d.control.reserved_sms;
+  for (std::size_t r = 0; r < d.reserves.size(); ++r) {
+    if (d.reserves[r] == reserve) {
+      return d.partition_streams[static_cast<std::size_t>(slot - policy.first_slot(WorkClass::BestEffort))][r];
+    }
+  }
+  return d.slots[static_cast<std::size_t>(slot)].handle;  // every SM
+}
+
+void State::refresh_idle(DeviceState& d) {
+  const int holders = d.active_by_class[index_of_class(WorkClass::BestEffort)];
+  d.best_effort_idle = holders == d.best_effort_drained && d.best_effort_releases_pending == 0;
 }
 
 void State::schedule() {
@@ -303,18 +383,40 @@ void State::add_rate_samples(const std::string& kind, const std::vector<double>&
   for (const double s : samples) rate = rate ? (1.0 - kRateWeight) * *rate + kRateWeight * s : s;
 }
 
-double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock) {
+double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
+                                 const std::function<void()>& drain) {
   DeviceState& d = devices[static_cast<std::size_t>(index_of(g.device))];
   if (!policy.throttled(d)) return 0.0;
   const auto start = Clock::now();
   const bool bounded = config.best_effort_max_pause_s >= 0.0;
   const auto give_up_at = start + duration_of(bounded ? config.best_effort_max_pause_s : 0.0);
+  bool drained = false;
   while (policy.throttled(d)) {
+    if (d.probing && !drained) {
+      // A probe measures latency-critical work alone: none of this holder's may still run.
+      lock.unlock();
+      try {
+        drain();
+      } catch (...) {
+        lock.lock();
+        throw;
+      }
+      lock.lock();
+      drained = true;
+      d.best_effort_drained += 1;
+      refresh_idle(d);
+      continue;
+    }
     if (!bounded) {
       throttle_changed.wait(lock);
     } else if (throttle_changed.wait_until(lock, give_up_at) == std::cv_status::timeout) {
       break;
     }
+  }
+  if (drained) {
+    d.best_effort_drained -= 1;
+    d.best_effort_epoch += 1;  // its work starts again
+    refresh_idle(d);
   }
   const auto end = Clock::now();
   const double paused = seconds(end - start);

@@ -1,13 +1,16 @@
 // The state every StreamScheduler and its leases share, and what is done with it under
-// its lock: granting in queue order, deadline admission, giving up, throttling best-effort
-// holders, adapting lease limits, and the messages and trace entries of all that. The
-// decisions themselves are the Policy's (policy.h).
+// its lock: granting and returning leases, deadline admission, giving up, throttling
+// best-effort holders, adapting lease limits, latency control (control_loop.cpp), and the
+// messages and trace entries of all that. The decisions themselves are the Policy's
+// (policy.h) and the latency controller's (latency_controller.h).
 #pragma once
 
 #include <array>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,6 +57,8 @@ struct State {
   std::condition_variable throttle_changed;
   // The adaptive-concurrency thread sleeps here between steps.
   std::condition_variable adapter_wake;
+  // The latency-control thread waits here for completions to watch.
+  std::condition_variable control_wake;
   bool stopping = false;
   std::vector<DeviceState> devices;
   std::vector<int> device_ids;
@@ -68,6 +73,27 @@ struct State {
                                                SampleWindow(kClassWindow)};
   std::vector<TimelineEntry> timeline;
 
+  // Latency control: returned latency-critical leases whose completion the control thread
+  // watches, returned best-effort leases whose work may still run, and the controllers'
+  // infeasible-target reports not yet handed to the caller.
+  struct PendingLatency {
+    std::string kind;
+    int index = 0;  // the device's
+    double requested_us = 0.0, released_us = 0.0;
+    double first_check_us = -1.0;  // when the control thread first found it unfinished
+    std::shared_ptr<ReleaseEvent> event;
+    bool idle = false;  // LeaseGrant's best_effort_idle and epoch
+    uint64_t epoch = 0;
+  };
+  struct PendingRelease {
+    int index = 0;
+    std::shared_ptr<ReleaseEvent> event;
+  };
+  std::vector<PendingLatency> pending_latencies;
+  std::vector<PendingRelease> pending_releases;
+  std::vector<std::string> reports;
+  std::atomic<bool> has_reports{false};
+
   double micros(Clock::time_point t) const { return std::chrono::duration<double, std::micro>(t - created).count(); }
   ClassStats& class_stats(WorkClass c) { return counters.classes[index_of_class(c)]; }
   std::string device_name(int index) const;
@@ -79,7 +105,11 @@ struct State {
   // could be granted on.
   void count_waiting(Waiter& w);
   void uncount_waiting(Waiter& w);
+  DeviceState& device_of(int device) { return devices[static_cast<std::size_t>(index_of(device))]; }
+  const DeviceState& device_of(int device) const { return devices[static_cast<std::size_t>(index_of(device))]; }
   void grant(Waiter& w, int index, double occupancy);
+  // Returns the lease `g` (its release event `event`, null where recording it failed).
+  void release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& event);
   // Grants what can be granted, in queue order. A request that cannot be granted blocks
   // its devices for the requests behind it, so nobody overtakes a request served before it.
   void schedule();
@@ -94,9 +124,24 @@ struct State {
   // A waiter that gives up (timeout or deadline): out of the queue, counted, traced.
   void give_up(Waiter& w, bool deadline_passed);
   void add_rate_samples(const std::string& kind, const std::vector<double>& samples);
-  // Blocks a best-effort holder while its device's latency-critical work throttles it,
-  // at most best_effort_max_pause_s; returns the seconds it paused.
-  double pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock);
+  // Blocks a best-effort holder while its device's latency-critical work (or a probe)
+  // throttles it, at most best_effort_max_pause_s; returns the seconds it paused. During a
+  // probe the holder first runs `drain` (without the lock): it waits until none of its work
+  // is left on the device.
+  double pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
+                            const std::function<void()>& drain);
+  // The stream a best-effort lease of pool slot `slot` runs on under `d`'s control now.
+  StreamHandle best_effort_stream(const DeviceState& d, int slot) const;
+  // Whether `d` can have best-effort work running: recomputed when holders come, go, pause
+  // drained or resume, and when returned work finishes.
+  void refresh_idle(DeviceState& d);
+
+  // Latency control (control_loop.cpp). Sets up the partitions, ladder and controller of
+  // every device; the control thread's body; `d.control` from its controller and the
+  // pinned knobs (recording a trace entry where it changed).
+  void setup_control();
+  void control_loop();
+  void apply_control(DeviceState& d, Clock::time_point now);
   // One step of adaptive concurrency with the utilization samples already taken.
   void adapt_limits();
 };

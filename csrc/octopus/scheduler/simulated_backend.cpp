@@ -11,7 +11,7 @@ SimulatedBackend::SimulatedBackend(int num_devices, std::size_t memory_per_devic
       multiprocessors_(multiprocessors),
       memory_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices), MemoryInfo{memory_per_device, memory_per_device}),
       utilization_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)),
-      partition_sms_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices), 0),
+      partition_sms_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)),
       pending_(static_cast<std::size_t>(num_devices < 0 ? 0 : num_devices)) {
   if (num_devices < 1) {
     throw std::invalid_argument("simulated_devices must be at least 1, got " + std::to_string(num_devices));
@@ -37,14 +37,16 @@ int SimulatedBackend::create_partition(int device, int reserved_sms) {
     throw std::runtime_error("cannot keep " + std::to_string(reserved_sms) + " of the " + std::to_string(multiprocessors_) +
                              " SMs free: a partition needs at least " + std::to_string(kPartitionGranularity) + " SMs");
   }
-  partition_sms_[index(device)] = sms;
+  partition_sms_[index(device)][reserved_sms] = sms;
   return sms;
 }
 
-StreamHandle SimulatedBackend::create_partition_stream(int device) {
+StreamHandle SimulatedBackend::create_partition_stream(int device, int reserved_sms) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (partition_sms_[index(device)] == 0) throw std::logic_error("simulated backend: no partition on this device");
+    if (partition_sms_[index(device)].count(reserved_sms) == 0) {
+      throw std::logic_error("simulated backend: no partition for that reserve on this device");
+    }
   }
   return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
 }

@@ -29,7 +29,7 @@ class SimulatedBackend final : public DeviceBackend {
   StreamHandle create_stream(int device, bool high_priority) override;
   // Partitions are whole groups of kPartitionGranularity SMs (as on sm_90).
   int create_partition(int device, int reserved_sms) override;
-  StreamHandle create_partition_stream(int device) override;
+  StreamHandle create_partition_stream(int device, int reserved_sms) override;
   EventHandle create_event(int device) override;
   void destroy_event(int, EventHandle) noexcept override {}
   void record_event(int device, EventHandle event, StreamHandle stream) override;
@@ -67,7 +67,7 @@ class SimulatedBackend final : public DeviceBackend {
   std::condition_variable completed_;
   std::vector<MemoryInfo> memory_;
   std::vector<std::optional<double>> utilization_;
-  std::vector<int> partition_sms_;
+  std::vector<std::unordered_map<int, int>> partition_sms_;  // by device: reserve -> SMs
   std::string partition_failure_;
   bool manual_events_ = false;
   // Each record of an event gets a new generation; the event is done once its latest

@@ -5,11 +5,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "octopus/scheduler/config.h"
+#include "octopus/scheduler/latency_controller.h"
 
 namespace octopus::scheduler {
+
+// The latency controller of one device: the step it holds best-effort work at, what that
+// step means, and how each latency-critical kind fares against its target.
+struct ControlStats {
+  bool enabled = false;
+  int step = 0;
+  int steps = 0;
+  ControlStep settings;
+  bool probing = false;
+  int64_t climbs = 0, descents = 0, probes = 0;
+  double best_effort_units = 0.0;  // units of the best-effort slices started so far
+  std::vector<int> reserves;       // the SMs each partition made keeps free of best-effort work
+  std::string partition_error;     // why none could be made, where none could
+  std::vector<KindControl> kinds;
+};
 
 struct DeviceStats {
   int device = 0;
@@ -22,8 +39,9 @@ struct DeviceStats {
   int64_t granted = 0;
   std::size_t free_bytes = 0;   // the last sample taken (0 before any)
   std::size_t total_bytes = 0;
-  int partition_sms = 0;        // SMs of the best-effort partition (0: none)
+  int partition_sms = 0;        // SMs best-effort work runs on now (0: every SM: no partition)
   std::optional<double> utilization;  // the last NVML sample, where available
+  ControlStats control;
 };
 
 // Wait and hold times over the most recent leases of one class (seconds; unset before

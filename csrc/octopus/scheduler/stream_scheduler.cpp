@@ -48,20 +48,63 @@ double Lease::checkpoint(double units) {
   if (grant_.work_class != WorkClass::BestEffort) return 0.0;
   if (!(units >= 0.0)) throw std::invalid_argument("octopus StreamScheduler: checkpoint units must be >= 0");
   detail::State& s = *state_;
+  int in_flight = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    in_flight = s.device_of(grant_.device).control.in_flight;
+  }
   std::vector<double> rates;
-  if (s.config.best_effort_in_flight > 0) {
+  if (in_flight > 0) {
     if (!in_flight_) in_flight_ = std::make_unique<detail::InFlightWindow>(s.events, grant_.device, grant_.stream);
     in_flight_->mark();
-    rates = in_flight_->wait_until_at_most(static_cast<std::size_t>(s.config.best_effort_in_flight - 1));
+    rates = in_flight_->wait_until_at_most(static_cast<std::size_t>(in_flight - 1));
   }
   double paused = 0.0;
+  StreamHandle stream = grant_.stream;
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.add_rate_samples(grant_.kind, rates);
-    paused = s.pause_if_throttled(grant_, lock);
+    paused = s.pause_if_throttled(grant_, lock, [this] { drain(); });
+    detail::DeviceState& d = s.device_of(grant_.device);
+    d.best_effort_units += units;
+    stream = s.best_effort_stream(d, grant_.slot);
   }
+  if (stream != grant_.stream) move_to(stream);
   if (in_flight_) in_flight_->start_slice(units, Clock::now());
   return paused;
+}
+
+void Lease::drain() {
+  detail::State& s = *state_;
+  if (in_flight_) {
+    in_flight_->wait_until_at_most(0);
+    return;
+  }
+  EventHandle event = s.events->take(grant_.device);
+  try {
+    s.backend->record_event(grant_.device, event, grant_.stream);
+    s.backend->synchronize_event(grant_.device, event);
+  } catch (...) {
+    s.events->give_back(grant_.device, event);
+    throw;
+  }
+  s.events->give_back(grant_.device, event);
+}
+
+void Lease::move_to(StreamHandle stream) {
+  detail::State& s = *state_;
+  // The wait takes the event's state now: it can go back to the pool at once.
+  EventHandle event = s.events->take(grant_.device);
+  try {
+    s.backend->record_event(grant_.device, event, grant_.stream);
+    s.backend->stream_wait_event(grant_.device, stream, event);
+  } catch (...) {
+    s.events->give_back(grant_.device, event);
+    throw;
+  }
+  s.events->give_back(grant_.device, event);
+  grant_.stream = stream;
+  if (in_flight_) in_flight_->set_stream(stream);
 }
 
 std::shared_ptr<ReleaseEvent> Lease::release() {
@@ -81,49 +124,7 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
   }
   {
     std::lock_guard<std::mutex> lock(state->mutex);
-    detail::DeviceState& d = state->devices[static_cast<std::size_t>(state->index_of(grant_.device))];
-    detail::StreamSlot& slot = d.slots[static_cast<std::size_t>(grant_.slot)];
-    slot.leased = false;
-    slot.last_used = ++state->slot_clock;
-    slot.last_release = event;
-    const std::size_t c = detail::index_of_class(grant_.work_class);
-    d.active -= 1;
-    d.active_by_class[c] -= 1;
-    // No drift once idle.
-    if (grant_.work_class == WorkClass::BestEffort) {
-      d.best_effort_occupancy = d.active_by_class[c] == 0 ? 0.0 : d.best_effort_occupancy - grant_.occupancy;
-    } else {
-      const int others = d.active - d.active_by_class[detail::index_of_class(WorkClass::BestEffort)];
-      d.occupancy = others == 0 ? 0.0 : d.occupancy - grant_.occupancy;
-    }
-    d.bytes_held -= grant_.bytes;
-    const auto now = Clock::now();
-    const double released_us = state->micros(now);
-    const double held = (released_us - grant_.granted_us) * 1e-6;
-    state->counters.released += 1;
-    ClassStats& stats = state->class_stats(grant_.work_class);
-    stats.released += 1;
-    state->holds[c].add(held);
-    state->kinds[grant_.kind].holds.add(held);
-    TimelineEntry entry = detail::lease_entry(grant_, TimelineEntry::Type::Lease);
-    entry.queued = grant_.queued;
-    entry.requested_us = grant_.requested_us;
-    entry.granted_us = grant_.granted_us;
-    entry.released_us = released_us;
-    entry.deadline_us = grant_.deadline_us;
-    if (grant_.deadline_us >= 0.0 && released_us > grant_.deadline_us) {
-      stats.deadline_late += 1;
-      TimelineEntry miss = entry;
-      miss.type = TimelineEntry::Type::DeadlineMiss;
-      miss.granted_us = released_us;
-      miss.reason = "late";
-      state->record(std::move(entry));
-      state->record(std::move(miss));
-    } else {
-      state->record(std::move(entry));
-    }
-    if (grant_.work_class == WorkClass::LatencyCritical) state->throttle_changed.notify_all();
-    state->schedule();
+    state->release(grant_, event);
   }
   if (failure) std::rethrow_exception(failure);
   release_event_ = event;
@@ -163,25 +164,13 @@ StreamScheduler::StreamScheduler(SchedulerConfig config, std::shared_ptr<DeviceB
     d.device = s.device_ids[i];
     d.multiprocessors = std::max(1, s.backend->multiprocessor_count(d.device));
     d.lease_limit = n;
-    if (s.config.reserved_sms > 0) {
-      try {
-        d.partition_sms = s.backend->create_partition(d.device, s.config.reserved_sms);
-      } catch (const std::exception& e) {
-        throw std::runtime_error("octopus StreamScheduler: reserved_sms=" + std::to_string(s.config.reserved_sms) +
-                                 " needs an SM partition on " + s.device_name(static_cast<int>(i)) +
-                                 ", which could not be made: " + e.what());
-      }
-    }
     d.slots.resize(static_cast<std::size_t>(3 * n));
     for (int k = 0; k < 3 * n; ++k) {
-      StreamHandle& handle = d.slots[static_cast<std::size_t>(k)].handle;
-      if (k >= best_effort_first && d.partition_sms > 0) {
-        handle = s.backend->create_partition_stream(d.device);
-      } else {
-        handle = s.backend->create_stream(d.device, k >= n && k < best_effort_first);
-      }
+      d.slots[static_cast<std::size_t>(k)].handle = s.backend->create_stream(d.device, k >= n && k < best_effort_first);
     }
   }
+  s.setup_control();
+  if (s.config.latency_control) controller_ = std::thread([state = state_] { state->control_loop(); });
   if (s.config.target_utilization) {
     adapter_ = std::thread([state = state_] {
       const auto interval = detail::duration_of(state->config.utilization_interval_s);
@@ -203,14 +192,14 @@ StreamScheduler::StreamScheduler(SchedulerConfig config, std::shared_ptr<DeviceB
 }
 
 StreamScheduler::~StreamScheduler() {
-  if (adapter_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      state_->stopping = true;
-    }
-    state_->adapter_wake.notify_all();
-    adapter_.join();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->stopping = true;
   }
+  state_->adapter_wake.notify_all();
+  state_->control_wake.notify_all();
+  if (adapter_.joinable()) adapter_.join();
+  if (controller_.joinable()) controller_.join();
 }
 
 Lease StreamScheduler::acquire(const AcquireRequest& request) {
@@ -349,6 +338,35 @@ void StreamScheduler::adapt_concurrency() {
   state_->adapt_limits();
 }
 
+void StreamScheduler::set_target(const std::string& kind, std::optional<double> p99_s, std::optional<double> ratio) {
+  detail::State& s = *state_;
+  if (!s.config.latency_control) {
+    throw std::logic_error("octopus StreamScheduler: set_target needs latency_control on");
+  }
+  LatencyTarget target;
+  target.p99_s = p99_s;
+  target.ratio = ratio.value_or(s.config.latency_ratio);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (detail::DeviceState& d : s.devices) d.controller->set_target(kind, target);
+}
+
+std::optional<double> StreamScheduler::slice_budget_s(int device) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const detail::DeviceState& d = state_->device_of(device);
+  if (!d.controller) return std::nullopt;
+  return d.control.slice_budget_s;
+}
+
+std::vector<std::string> StreamScheduler::take_reports() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<std::string> out;
+  out.swap(state_->reports);
+  state_->has_reports.store(false);
+  return out;
+}
+
+bool StreamScheduler::has_reports() const { return state_->has_reports.load(std::memory_order_relaxed); }
+
 const SchedulerConfig& StreamScheduler::config() const { return state_->config; }
 
 const std::vector<int>& StreamScheduler::devices() const { return state_->device_ids; }
@@ -382,8 +400,23 @@ SchedulerStats StreamScheduler::stats() const {
     ds.granted = d.granted;
     ds.free_bytes = d.memory.free_bytes;
     ds.total_bytes = d.memory.total_bytes;
-    ds.partition_sms = d.partition_sms;
+    ds.partition_sms = d.control.reserved_sms > 0 ? d.multiprocessors - d.control.reserved_sms : 0;
     ds.utilization = s.utilization->value(i);
+    ControlStats& cs = ds.control;
+    cs.settings = d.control;
+    cs.probing = d.probing;
+    cs.best_effort_units = d.best_effort_units;
+    cs.reserves = d.reserves;
+    cs.partition_error = d.partition_error;
+    if (d.controller) {
+      cs.enabled = true;
+      cs.step = d.controller->step();
+      cs.steps = static_cast<int>(d.controller->ladder().size());
+      cs.climbs = d.controller->climbs();
+      cs.descents = d.controller->descents();
+      cs.probes = d.controller->probes();
+      cs.kinds = d.controller->kinds();
+    }
     out.devices.push_back(ds);
   }
   return out;

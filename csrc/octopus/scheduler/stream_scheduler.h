@@ -11,14 +11,15 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "octopus/scheduler/config.h"
 #include "octopus/scheduler/device_backend.h"
 #include "octopus/scheduler/event_pool.h"
 #include "octopus/scheduler/lease_grant.h"
+#include "octopus/scheduler/scheduler_errors.h"
 #include "octopus/scheduler/stats.h"
 
 namespace octopus::scheduler {
@@ -27,20 +28,6 @@ namespace detail {
 struct State;
 class InFlightWindow;
 }  // namespace detail
-
-// Thrown when an acquire times out; what() names the limit that kept it waiting.
-class LeaseTimeout : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// Thrown when a request's deadline cannot be met: on arrival, by the estimate from its
-// kind's recent hold times (unless infeasible deadlines are promoted), or because it
-// passed while the request waited.
-class DeadlineMissed : public LeaseTimeout {
- public:
-  using LeaseTimeout::LeaseTimeout;
-};
 
 // A leased stream. Move-only; the lease is returned when release() is called or the
 // object is destroyed.
@@ -75,10 +62,13 @@ class Lease {
 
   // Call between slices of best-effort work, before launching the next slice (of `units`
   // of work, for the kind's measured time per unit). A best-effort holder blocks here
-  // until at most best_effort_in_flight - 1 of its slices are unfinished on the device,
-  // then while the device's latency-critical work throttles it (at most
-  // best_effort_max_pause_s at a time). Returns the seconds it was paused; other classes
-  // return 0 at once. A holder that never calls it is never throttled.
+  // until at most in_flight - 1 of its slices are unfinished on the device (the latency
+  // controller's, or the pinned best_effort_in_flight), then while the device's
+  // latency-critical work throttles it or a probe pauses it (at most
+  // best_effort_max_pause_s at a time). Its stream may change here, to the partition the
+  // controller moved best-effort work to (ordered after its work so far). Returns the
+  // seconds it was paused; other classes return 0 at once. A holder that never calls it is
+  // never throttled.
   double checkpoint(double units = 0.0);
 
   // Records the release event on the stream and returns the stream to the pool.
@@ -90,6 +80,10 @@ class Lease {
  private:
   friend class StreamScheduler;
   Lease(std::shared_ptr<detail::State> state, LeaseGrant grant);
+  // Waits until none of this lease's work is left on the device.
+  void drain();
+  // Later work goes on `stream`, after everything queued so far.
+  void move_to(StreamHandle stream);
 
   std::shared_ptr<detail::State> state_;
   LeaseGrant grant_;
@@ -129,6 +123,18 @@ class StreamScheduler {
   // utilization_interval_s where target_utilization is set.
   void adapt_concurrency();
 
+  // Latency control (latency_control on). A latency target for latency-critical leases of
+  // `kind` on every device: p99 within `p99_s` seconds, or (unset) within `ratio` x its p99
+  // measured with no best-effort work on the device (default latency_ratio). Throws
+  // std::invalid_argument for a bad value, std::logic_error where latency control is off.
+  void set_target(const std::string& kind, std::optional<double> p99_s, std::optional<double> ratio);
+  // The device time the slicing helpers give one best-effort slice on `device` now
+  // (unset where latency control is off: slices are as the caller sizes them).
+  std::optional<double> slice_budget_s(int device) const;
+  // Reports of infeasible latency targets not yet taken (each once), and whether there are any.
+  std::vector<std::string> take_reports();
+  bool has_reports() const;
+
   const SchedulerConfig& config() const;
   const std::vector<int>& devices() const;
   const char* backend_name() const;
@@ -141,6 +147,7 @@ class StreamScheduler {
  private:
   std::shared_ptr<detail::State> state_;
   std::thread adapter_;  // runs adapt_concurrency while target_utilization is set
+  std::thread controller_;  // the latency-control loop while latency_control is on
 };
 
 }  // namespace octopus::scheduler

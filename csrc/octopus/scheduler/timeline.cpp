@@ -99,6 +99,21 @@ std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const s
              << ",\"args\":{\"lease\":" << e.lease_id << ",\"kind\":" << json_string(e.kind) << classed << "}}";
         rows.insert({e.device, e.stream_slot});
         continue;
+      case TimelineEntry::Type::Control:
+        begin_event();
+        json << "{\"name\":\"latency control\",\"pid\":" << e.device << ",\"ph\":\"C\",\"ts\":" << e.granted_us
+             << ",\"args\":{\"step\":" << e.step << ",\"slice_budget_ms\":" << e.control.slice_budget_s * 1e3
+             << ",\"in_flight\":" << e.control.in_flight << ",\"reserved_sms\":" << e.control.reserved_sms
+             << ",\"throttle\":" << static_cast<int>(e.control.throttle) << ",\"probing\":" << (e.probing ? 1 : 0)
+             << "}}";
+        continue;
+      case TimelineEntry::Type::Latency:
+        begin_event();
+        json << "{\"name\":" << json_string("latency " + e.kind) << ",\"pid\":" << e.device
+             << ",\"ph\":\"C\",\"ts\":" << e.released_us << ",\"args\":{\"latency_ms\":" << e.latency_s * 1e3;
+        if (e.target_s >= 0.0) json << ",\"target_ms\":" << e.target_s * 1e3;
+        json << "}}";
+        continue;
       case TimelineEntry::Type::Lease:
         break;
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "octopus/scheduler/config.h"
+#include "octopus/scheduler/latency_controller.h"
 #include "octopus/scheduler/stats.h"
 
 namespace octopus::scheduler {
@@ -16,6 +17,8 @@ struct TimelineEntry {
     Timeout,       // gave up at granted_us
     Throttle,      // a best-effort holder paused at a checkpoint from granted_us to released_us
     DeadlineMiss,  // at granted_us; `reason` says which kind
+    Control,       // at granted_us the latency controller moved to `step` (`control`; `probing`)
+    Latency,       // a latency-critical job of `kind` completed at released_us, `latency_s` after its request
   };
   Type type = Type::Lease;
   uint64_t lease_id = 0;
@@ -32,13 +35,21 @@ struct TimelineEntry {
   double released_us = 0.0;
   double deadline_us = -1.0;  // negative: none
   const char* reason = "";    // DeadlineMiss: "rejected", "expired" or "late"
+  // Control and Latency entries.
+  int step = -1;
+  ControlStep control;
+  bool probing = false;
+  double latency_s = 0.0;
+  double target_s = -1.0;  // negative: none known
+  bool alone = false;
 };
 
 // Chrome trace-event JSON: one process per device, one row per stream holding each lease
 // from grant to release (its class, priority and deadline in the arguments), throttled
 // intervals on the holder's row, a "waiting" row with each wait, timeouts and deadline
-// misses as instants; `stats` (per-class percentiles, misses, throttled time) goes under
-// otherData.
+// misses as instants, the latency controller's settings as counters and each
+// latency-critical job's latency (and target) as a counter per kind; `stats` (per-class
+// percentiles, misses, throttled time) goes under otherData.
 std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const std::string& backend,
                               const SchedulerStats& stats);
 

@@ -4,6 +4,7 @@ executor behind ``submit`` and ``map``. The public names are also ``octopus.Stre
 and so on."""
 
 from .batcher import Batcher
+from .config import SchedulerConfig
 from .scheduler import DeadlineMissed, Lease, LeaseTimeout, ReleaseEvent, StreamScheduler
 
-__all__ = ["Batcher", "DeadlineMissed", "Lease", "LeaseTimeout", "ReleaseEvent", "StreamScheduler"]
+__all__ = ["Batcher", "DeadlineMissed", "Lease", "LeaseTimeout", "ReleaseEvent", "SchedulerConfig", "StreamScheduler"]

@@ -15,14 +15,18 @@ the streams and keeping tensors alive correctly.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import dataclasses
+import math
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, cast
 
 import torch
 
 from .. import _library
 from ..ragged import RaggedBatch
-from .arguments import (DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout,
-                        whole_number)
+from .arguments import DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
+from .config import SchedulerConfig
 from .executor import LeaseExecutor
 from .slicing import SliceSizer, count_slices, item_ranges
 from .streams import record_stream
@@ -70,16 +74,23 @@ class Lease:
 
     ``stream`` is a :class:`torch.cuda.Stream` (use it with ``torch.cuda.stream``), or
     None on the simulated backend. Work queued on it before the lease is returned runs
-    before anything the next lease of the same stream queues.
+    before anything the next lease of the same stream queues. A best-effort lease's stream
+    may change at a :meth:`checkpoint` (the latency controller moved best-effort work to
+    another SM partition; the new stream runs after the old one's work): the slicing
+    helpers follow it.
     """
 
-    __slots__ = ("_lease", "_scheduler", "stream", "device")
+    __slots__ = ("_lease", "_owner", "device")
 
-    def __init__(self, lease: Any, scheduler: Any, stream: torch.cuda.Stream | None, device: torch.device | None):
+    def __init__(self, lease: Any, owner: StreamScheduler, device: torch.device | None):
         self._lease = lease
-        self._scheduler = scheduler
-        self.stream = stream
+        self._owner = owner
         self.device = device
+
+    @property
+    def stream(self) -> torch.cuda.Stream | None:
+        """The leased stream (None on the simulated backend)."""
+        return self._owner._stream(self._lease.stream_ptr, self.device) if self.device is not None else None
 
     device_index = property(lambda self: self._lease.device, doc="The leased stream's device index.")
     kind = property(lambda self: self._lease.kind)
@@ -108,13 +119,14 @@ class Lease:
     def checkpoint(self, units: float = 0.0) -> float:
         """Call between slices of best-effort work, before launching the next slice.
 
-        A best-effort holder blocks here (GIL released) until at most
-        ``best_effort_in_flight - 1`` of its earlier slices are unfinished on the device
-        (events recorded at each checkpoint), then while latency-critical work is held or
-        waiting on its device (``throttle``), at most ``best_effort_max_pause`` seconds at a
-        time. ``units`` is the size of the coming slice, for the kind's measured device
-        time per unit. Returns the seconds it was paused. Other classes return 0 at once.
-        A best-effort holder that never calls it is never paused.
+        A best-effort holder blocks here (GIL released) until at most ``in_flight - 1`` of
+        its earlier slices are unfinished on the device (events recorded at each
+        checkpoint; the latency controller's bound, or the pinned ``best_effort_in_flight``),
+        then while latency-critical work throttles it or a probe measures that work alone,
+        at most ``best_effort_max_pause`` seconds at a time. Its :attr:`stream` may change
+        here. ``units`` is the size of the coming slice, for the kind's measured device time
+        per unit. Returns the seconds it was paused. Other classes return 0 at once. A
+        best-effort holder that never calls it is never paused.
         """
         return cast(float, self._lease.checkpoint(float(units)))
 
@@ -123,14 +135,18 @@ class Lease:
         before each: ``for rows in lease.slices(8192, 512): torch.mm(a[rows], b, out=c[rows])``.
 
         Each slice has ``size`` units, or as many as the kind's measured device time per unit
-        fits in ``budget`` seconds (re-read before every slice; while nothing is measured,
-        1/64 of the work), or all of them where neither is given.
+        fits in ``budget`` seconds, or (neither given) in the latency controller's slice
+        length for the device (re-read before every slice; while nothing is measured, 1/64 of
+        the work); all of them where there is no controller. Where the lease's stream is the
+        current one, each slice runs with the lease's current stream as the current one.
         """
         total = whole_number(total, "total")
-        sizer = SliceSizer(size, budget, lambda: self._scheduler.seconds_per_unit(self.kind), total)
-        for part in count_slices(total, sizer):
-            self._lease.checkpoint(float(part.stop - part.start))
-            yield part
+        sizer = SliceSizer(size, self._budget(size, budget), self._seconds_per_unit, total)
+        with self._following_stream() as follow:
+            for part in count_slices(total, sizer):
+                self._lease.checkpoint(float(part.stop - part.start))
+                follow()
+                yield part
 
     def item_slices(self, batch: RaggedBatch, max_elements: int | None = None, *,
                     budget: float | None = None) -> Iterator[Tuple[slice, RaggedBatch]]:
@@ -140,14 +156,49 @@ class Lease:
 
         Each part holds whole items of at most ``max_elements`` elements in all (an item
         larger than that is a part of its own), or as many elements as the kind's measured
-        device time per element fits in ``budget`` seconds, or the whole batch.
+        device time per element fits in ``budget`` seconds or (neither given) in the latency
+        controller's slice length, or the whole batch where there is no controller. The
+        current stream follows the lease's as in :meth:`slices`.
         """
         if not isinstance(batch, RaggedBatch):
             raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
-        sizer = SliceSizer(max_elements, budget, lambda: self._scheduler.seconds_per_unit(self.kind), batch.numel())
-        for start, stop, elements in item_ranges(batch, sizer):
-            self._lease.checkpoint(float(elements))
-            yield slice(start, stop), batch.narrow_items(start, stop)
+        sizer = SliceSizer(max_elements, self._budget(max_elements, budget), self._seconds_per_unit, batch.numel())
+        with self._following_stream() as follow:
+            for start, stop, elements in item_ranges(batch, sizer):
+                self._lease.checkpoint(float(elements))
+                follow()
+                yield slice(start, stop), batch.narrow_items(start, stop)
+
+    def _seconds_per_unit(self) -> float | None:
+        return cast("float | None", self._owner._impl.seconds_per_unit(self.kind))
+
+    def _budget(self, size: int | None, budget: float | None) -> float | Callable[[], float | None] | None:
+        """The budget slices are sized to: the one given, else the controller's slice length
+        (read before every slice), where no size is given either."""
+        if budget is not None or size is not None:
+            return budget
+        return lambda: cast("float | None", self._owner._impl.slice_budget_s(self._lease.device))
+
+    @contextlib.contextmanager
+    def _following_stream(self) -> Iterator[Callable[[], None]]:
+        """A ``follow()`` that, where the lease's stream was the current one when this began,
+        makes the lease's stream of the moment the current one (it can change at a
+        checkpoint); the stream current before comes back at the end."""
+        stream = self.stream
+        if stream is None or torch.cuda.current_stream(self.device) != stream:
+            yield lambda: None
+            return
+        device = self.device
+
+        def follow() -> None:
+            now = self.stream
+            if torch.cuda.current_stream(device) != now:
+                torch.cuda.set_stream(cast(torch.cuda.Stream, now))
+
+        try:
+            yield follow
+        finally:
+            torch.cuda.set_stream(stream)
 
     def __enter__(self) -> "Lease":
         return self
@@ -167,75 +218,41 @@ class StreamScheduler:
     Args:
         max_leases_per_device: leases held at once on one device (the pool holds this many
             normal-, high-priority and best-effort streams per device).
-        max_occupancy: the sum of the held leases' estimated occupancy allowed per device
-            (1.0 = the whole device). A lease is always granted on an idle device.
-            Best-effort leases are admitted within everything in use; the others as if
-            best-effort leases were not there (those yield at checkpoints instead).
-        default_occupancy: the estimate for kinds nobody registered (0 counts only leases).
-        memory_reserve: fraction of each device's memory that must stay free (0: no check).
-            Free memory is sampled with cudaMemGetInfo, at most every ``memory_poll_interval`` s.
-        timeout: default acquire timeout in seconds; None waits for ever.
-        devices: device indices to schedule on (default: all visible devices).
-        record_timeline: keep an acquire/release timeline for :meth:`dump_trace`.
         backend: ``"cuda"``, or ``"simulated"`` (a CPU simulation with ``simulated_devices``
             devices and no real streams: for testing scheduling logic without a GPU).
         use_nvml: read GPU utilization from NVML (loaded at run time where libnvidia-ml
             exists): it breaks ties between equally loaded devices and drives
             ``target_utilization``.
-        max_best_effort_leases: best-effort leases held at once on one device (default: one
-            fewer than the lease limit, at least 1, so best-effort work never takes the last).
-        throttle: when best-effort holders pause at :meth:`Lease.checkpoint`: ``"held"``
-            (while a latency-critical lease is held or waiting on the device), ``"waiting"``
-            (only while one waits), ``"off"``.
-        best_effort_in_flight: at most this many of a best-effort holder's slices are queued
-            or running on the device at once (0: no bound).
-        best_effort_max_pause: the longest one pause lasts before the holder runs one more
-            slice anyway, in seconds (None: no limit).
-        reserved_sms: SMs of each device kept free of best-effort work: best-effort streams
-            are made on a green context of the other SMs (0: no partition). Raises
-            RuntimeError naming the reason where the driver cannot (CUDA 12.5+ needed).
-        infeasible_deadline: ``"reject"`` (raise :class:`DeadlineMissed` at once) or
-            ``"promote"`` (make it latency-critical) for a request whose deadline cannot be
-            met by the estimate from its kind's recent hold times.
-        target_utilization: adapt each device's lease limit (between ``min_leases_per_device``
-            and ``max_leases_per_device``) to keep its NVML utilization near this fraction,
-            sampled every ``utilization_interval`` s. Without NVML the limit stays fixed.
+        config: a :class:`SchedulerConfig` of the other options; keyword ``options`` (its
+            field names, e.g. ``timeout=1.0``, ``latency_ratio=2.0``) override its fields.
+
+    With latency control on (the default), latency-critical leases (``priority="high"``) are
+    timed from request to completion on the device, per kind; best-effort work
+    (``best_effort=True``, sliced with :meth:`Lease.slices`, :meth:`Lease.item_slices`,
+    :meth:`run_sliced` or :meth:`Lease.checkpoint`) is held back as far as each kind's
+    target (:meth:`set_target`; default: p99 within ``latency_ratio`` x its p99 alone) needs,
+    and no further. :meth:`stats` shows the controller's state per device.
 
     Kinds ``"octopus.affine"`` (and octopus's other kernels) are registered with an
     occupancy estimate from ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``; register your
     own with :meth:`register_kind` or :meth:`register_kernel`.
     """
 
-    def __init__(self, max_leases_per_device: int = 4, *, max_occupancy: float = 1.0, default_occupancy: float = 0.0,
-                 memory_reserve: float = 0.0, memory_poll_interval: float = 0.002, timeout: float | None = None,
-                 devices: Sequence[int] | None = None, record_timeline: bool = False,
-                 timeline_capacity: int = 1 << 20, backend: str = "cuda", simulated_devices: int = 1,
-                 use_nvml: bool = True, max_best_effort_leases: int | None = None, throttle: str = "held",
-                 best_effort_in_flight: int = 2, best_effort_max_pause: float | None = 0.25, reserved_sms: int = 0,
-                 infeasible_deadline: str = "reject", target_utilization: float | None = None,
-                 min_leases_per_device: int = 1, utilization_interval: float = 0.1):
+    def __init__(self, max_leases_per_device: int | None = None, *, backend: str = "cuda", simulated_devices: int = 1,
+                 use_nvml: bool = True, config: SchedulerConfig | None = None, **options: Any):
         if backend == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("octopus.StreamScheduler: no CUDA device is available to this torch; "
                                "use backend='simulated' to run the scheduler without a GPU")
-        default_timeout = parse_timeout(timeout)
-        max_pause = -1.0 if best_effort_max_pause is None else float(best_effort_max_pause)
-        if max_pause < 0 and best_effort_max_pause is not None:
-            raise ValueError(f"best_effort_max_pause must be a non-negative number of seconds or None, "
-                             f"got {best_effort_max_pause}")
-        self._impl = _C.StreamScheduler(
-            max_leases_per_device=int(max_leases_per_device), max_occupancy=float(max_occupancy),
-            default_occupancy=float(default_occupancy), memory_reserve=float(memory_reserve),
-            memory_poll_interval=float(memory_poll_interval), timeout=default_timeout,
-            devices=[int(d) for d in devices] if devices is not None else [], record_timeline=bool(record_timeline),
-            timeline_capacity=int(timeline_capacity), backend=backend, simulated_devices=int(simulated_devices),
-            use_nvml=bool(use_nvml),
-            max_best_effort_leases=-1 if max_best_effort_leases is None else int(max_best_effort_leases),
-            throttle=str(throttle), best_effort_in_flight=int(best_effort_in_flight), best_effort_max_pause=max_pause,
-            reserved_sms=int(reserved_sms), infeasible_deadline=str(infeasible_deadline),
-            target_utilization=None if target_utilization is None else float(target_utilization),
-            min_leases_per_device=int(min_leases_per_device), utilization_interval=float(utilization_interval))
+        unknown = sorted(set(options) - set(SchedulerConfig.option_names()))
+        if unknown:
+            raise TypeError(f"StreamScheduler got unknown option(s) {', '.join(map(repr, unknown))}; the options are "
+                            f"backend, simulated_devices, use_nvml, config and {', '.join(SchedulerConfig.option_names())}")
+        if max_leases_per_device is not None:
+            options["max_leases_per_device"] = max_leases_per_device
+        self.config = dataclasses.replace(config or SchedulerConfig(), **options)
+        self._impl = _C.StreamScheduler(self.config.native(), backend, int(simulated_devices), bool(use_nvml))
         self._cuda = backend == "cuda"
-        self._streams: dict[int, tuple[torch.cuda.Stream, torch.device]] = {}  # by stream pointer
+        self._streams: dict[int, torch.cuda.Stream] = {}  # by stream pointer
         self._executor = LeaseExecutor(self)
 
     # -- leases -------------------------------------------------------------------------
@@ -299,11 +316,18 @@ class StreamScheduler:
             if lease.stream is None:
                 return [fn(*part) for part in parts]
             consumer = torch.cuda.current_stream(lease.device)
-            lease.stream.wait_stream(consumer)
-            if isinstance(work, RaggedBatch):
-                record_stream((work.values, work.offsets, work.sizes), lease.stream)
-            with torch.cuda.device(lease.device), torch.cuda.stream(lease.stream):
-                results = [fn(*part) for part in parts]
+            first = cast(torch.cuda.Stream, lease.stream)
+            first.wait_stream(consumer)
+            inputs = (work.values, work.offsets, work.sizes) if isinstance(work, RaggedBatch) else ()
+            used = set()  # every stream the lease ran on reads the work's tensors
+            results = []
+            with torch.cuda.device(lease.device), torch.cuda.stream(first):
+                for part in parts:
+                    stream = torch.cuda.current_stream(lease.device)
+                    if stream.cuda_stream not in used:
+                        used.add(stream.cuda_stream)
+                        record_stream(inputs, stream)
+                    results.append(fn(*part))
             record_stream(results, consumer)
         cast(ReleaseEvent, lease.release_event).wait(consumer)  # set when the lease was returned
         return results
@@ -331,6 +355,32 @@ class StreamScheduler:
     def set_seconds_per_unit(self, kind: str, seconds: float) -> None:
         """Sets ``kind``'s device seconds per unit (from an earlier measurement)."""
         self._impl.set_seconds_per_unit(kind, float(seconds))
+
+    def set_target(self, kind: str, p99_ms: float | None = None, *, ratio: float | None = None) -> None:
+        """The latency target of latency-critical leases of ``kind`` (``priority="high"``):
+        their p99, from request to completion on the device, within ``p99_ms`` milliseconds,
+        or within ``ratio`` x their own p99 measured while the device ran no best-effort work
+        (the default for kinds without a target: ``latency_ratio``, 1.5). The scheduler then
+        holds best-effort work back as far as that needs and no further. A target that cannot
+        be met (below the kind's p99 alone, or missed with best-effort work held back as far
+        as it goes) is reported once with a :class:`RuntimeWarning` (on a later ``acquire``)
+        and in :meth:`stats`. Needs ``latency_control`` (on by default)."""
+        if p99_ms is not None and ratio is not None:
+            raise ValueError("give p99_ms or ratio, not both")
+        if p99_ms is not None and not (isinstance(p99_ms, (int, float)) and math.isfinite(p99_ms) and p99_ms > 0):
+            raise ValueError(f"p99_ms must be a positive number of milliseconds, got {p99_ms!r}")
+        if ratio is not None and not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and ratio >= 1):
+            raise ValueError(f"ratio must be a number of at least 1 (the kind's p99 alone), got {ratio!r}")
+        if not self.config.latency_control:
+            raise RuntimeError("set_target needs latency_control=True")
+        self._impl.set_target(str(kind), None if p99_ms is None else p99_ms / 1e3,
+                              None if ratio is None else float(ratio))
+
+    def slice_budget(self, device: int | torch.device | None = None) -> float | None:
+        """Seconds of device time the slicing helpers give one best-effort slice on ``device``
+        now (the latency controller's; None without latency control)."""
+        index = self._device_index(device)
+        return cast("float | None", self._impl.slice_budget_s(self.devices[0] if index < 0 else index))
 
     def adapt_concurrency(self) -> None:
         """One step of adaptive concurrency now: samples utilization and moves each device's
@@ -368,7 +418,14 @@ class StreamScheduler:
         recent leases, deadlines rejected / expired / late / promoted, and best-effort
         time throttled and pauses; and per device active/peak leases (best-effort and
         latency-critical ones too), the lease limit, occupancy in use, granted, the last
-        free-memory sample, the partition's SMs and NVML utilization."""
+        free-memory sample, the SMs best-effort work runs on (0: all), NVML utilization and,
+        under ``control``, the latency controller: its step of how many (``steps``), what
+        that step means (``slice_budget_s``, ``in_flight``, ``reserved_sms``, ``throttle``),
+        whether it probes, its climbs, descents and probes, the best-effort units started, and
+        per latency-critical kind its target, p99 alone and recently, samples and
+        ``attainment`` (the share within target), and whether its target is infeasible."""
+        if self._impl.has_reports:
+            self._warn_reports()
         return cast("dict[str, Any]", self._impl.stats())
 
     def dump_trace(self, path: str) -> None:
@@ -434,11 +491,17 @@ class StreamScheduler:
         return index
 
     def _wrap(self, lease: Any) -> Lease:
-        if not self._cuda:
-            return Lease(lease, self._impl, None, None)
-        ptr = lease.stream_ptr
-        known = self._streams.get(ptr)
-        if known is None:
-            device = torch.device("cuda", lease.device)
-            known = self._streams[ptr] = (torch.cuda.ExternalStream(ptr, device=device), device)
-        return Lease(lease, self._impl, *known)
+        if self._impl.has_reports:
+            self._warn_reports()
+        return Lease(lease, self, torch.device("cuda", lease.device) if self._cuda else None)
+
+    def _stream(self, ptr: int, device: torch.device) -> torch.cuda.Stream:
+        """The torch stream of a pool stream (made once per stream)."""
+        stream = self._streams.get(ptr)
+        if stream is None:
+            stream = self._streams[ptr] = torch.cuda.ExternalStream(ptr, device=device)
+        return stream
+
+    def _warn_reports(self) -> None:
+        for report in self._impl.take_reports():
+            warnings.warn(f"octopus.StreamScheduler: {report}", RuntimeWarning, stacklevel=3)

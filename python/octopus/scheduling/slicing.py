@@ -1,9 +1,10 @@
 """Cutting long work into slices: ranges of a count (rows of a matrix, steps of a loop) or
 item ranges of a :class:`RaggedBatch` with a bounded number of elements (views, no copies).
 
-Slice sizes are fixed, or chosen from a latency budget and the kind's measured device time
-per unit (:meth:`StreamScheduler.seconds_per_unit`), re-read before every slice so that
-they follow the measurement as it comes in.
+Slice sizes are fixed, or chosen from a latency budget (given, or the latency controller's
+slice length) and the kind's measured device time per unit
+(:meth:`StreamScheduler.seconds_per_unit`), both re-read before every slice so that they
+follow the controller and the measurement as they move.
 """
 
 from __future__ import annotations
@@ -23,14 +24,15 @@ _PROBE_FRACTION = 1 / 64
 class SliceSizer:
     """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds at
     the measured ``seconds_per_unit()`` (a small probe of the work while none is measured),
-    or everything where neither is given."""
+    or everything where neither is given. ``budget`` may be a function, asked before every
+    slice (the latency controller's slice length; None from it: everything left)."""
 
-    def __init__(self, size: Optional[int], budget: Optional[float], seconds_per_unit: Callable[[], Optional[float]],
-                 total: int):
+    def __init__(self, size: Optional[int], budget: float | Callable[[], Optional[float]] | None,
+                 seconds_per_unit: Callable[[], Optional[float]], total: int):
         if size is not None and budget is not None:
             raise ValueError("give a slice size or a latency budget, not both")
         self._size = None if size is None else whole_number(size, "size", 1)
-        if budget is not None:
+        if budget is not None and not callable(budget):
             budget = float(budget)
             if not budget > 0 or math.isinf(budget):
                 raise ValueError(f"budget must be a positive number of seconds, got {budget}")
@@ -42,12 +44,13 @@ class SliceSizer:
         """Units for the next slice (None: all that is left)."""
         if self._size is not None:
             return self._size
-        if self._budget is None:
+        budget = self._budget() if callable(self._budget) else self._budget
+        if budget is None:
             return None
         rate = self._seconds_per_unit()
         if rate is None:
             return self._probe
-        return max(1, int(self._budget / rate))
+        return max(1, int(budget / rate))
 
 
 def count_slices(total: int, sizer: SliceSizer) -> Iterator[slice]:

@@ -1,0 +1,262 @@
+#include "octopus/scheduler/latency_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+namespace octopus::scheduler {
+namespace {
+
+// The reserve of `reserves` nearest to `fraction` of the SMs (0 where none is offered).
+int nearest_reserve(int multiprocessors, const std::vector<int>& reserves, double fraction) {
+  int best = 0;
+  double best_distance = 1e300;
+  for (const int r : reserves) {
+    const double distance = std::abs(r - fraction * multiprocessors);
+    if (r > 0 && r < multiprocessors && distance < best_distance) {
+      best = r;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+bool same_step(const ControlStep& a, const ControlStep& b) {
+  return a.slice_budget_s == b.slice_budget_s && a.in_flight == b.in_flight && a.reserved_sms == b.reserved_sms &&
+         a.throttle == b.throttle;
+}
+
+// Kinds fewer alone samples than this have no relative target yet.
+constexpr std::size_t kAloneSamplesForTarget = 3;
+
+}  // namespace
+
+std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves) {
+  const auto reserve = [&](double fraction) { return nearest_reserve(multiprocessors, reserves, fraction); };
+  // Ordered by what BE work gives up: first slice length (a latency-critical kernel waits
+  // for the BE blocks already running), then SMs kept free (LC kernels find a free SM at
+  // once), then the in-flight bound, then pausing BE while LC work waits, then while it runs.
+  const std::vector<ControlStep> steps = {
+      {8e-3, 2, 0, ThrottleMode::Off},
+      {4e-3, 2, 0, ThrottleMode::Off},
+      {2e-3, 2, reserve(0.06), ThrottleMode::Off},
+      {1e-3, 2, reserve(0.12), ThrottleMode::Off},
+      {1e-3, 2, reserve(0.18), ThrottleMode::Off},
+      {0.5e-3, 1, reserve(0.18), ThrottleMode::Off},
+      {0.5e-3, 1, reserve(0.25), ThrottleMode::Waiting},
+      {0.25e-3, 1, reserve(0.25), ThrottleMode::Held},
+      {0.1e-3, 1, reserve(0.25), ThrottleMode::Held},
+  };
+  std::vector<ControlStep> ladder;
+  for (const ControlStep& s : steps) {
+    if (ladder.empty() || !same_step(ladder.back(), s)) ladder.push_back(s);
+  }
+  return ladder;
+}
+
+LatencyController::LatencyController(ControllerOptions options, std::vector<ControlStep> ladder)
+    : options_(options), ladder_(std::move(ladder)), backoff_(ladder_.size(), 0) {
+  if (ladder_.empty()) throw std::invalid_argument("octopus latency controller: the ladder has no step");
+}
+
+LatencyController::Kind& LatencyController::kind(const std::string& name) {
+  auto it = kinds_.find(name);
+  if (it == kinds_.end()) it = kinds_.emplace(name, Kind(options_.alone_window, options_.recent_window)).first;
+  return it->second;
+}
+
+void LatencyController::set_target(const std::string& name, LatencyTarget target) {
+  if (target.p99_s && !(*target.p99_s > 0.0 && std::isfinite(*target.p99_s))) {
+    throw std::invalid_argument("octopus StreamScheduler: a latency target must be a positive number of seconds");
+  }
+  if (!(target.ratio >= 1.0 && std::isfinite(target.ratio))) {
+    throw std::invalid_argument("octopus StreamScheduler: a latency ratio must be at least 1 (the alone p99)");
+  }
+  Kind& k = kind(name);
+  k.target = target;
+  k.infeasible = false;
+  k.reported = false;
+  k.at_top = k.over_at_top = 0;
+  k.score = 0.0;
+}
+
+std::optional<double> LatencyController::target_s(const Kind& k) const {
+  if (k.target && k.target->p99_s) return k.target->p99_s;
+  if (k.alone.count() < kAloneSamplesForTarget) return std::nullopt;
+  const double ratio = k.target ? k.target->ratio : options_.default_ratio;
+  return ratio * *k.alone.quantile(0.99);
+}
+
+void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
+  if (!started_) {
+    started_ = true;
+    step_since_s_ = now_s;
+  }
+  last_sample_s_ = now_s;
+  Kind& k = kind(name);
+  k.last_s = now_s;
+  if (alone) k.alone.add(latency_s);
+  k.recent.add(latency_s);
+  k.samples += 1;
+  samples_at_step_ += 1;
+  const std::optional<double> target = target_s(k);
+  if (target) {
+    const bool over = latency_s > *target;
+    k.judged += 1;
+    if (!over) k.within += 1;
+    k.score = k.score * (1.0 - 1.0 / options_.score_memory) + (over ? 1.0 : 0.0);
+    if (step_ == static_cast<int>(ladder_.size()) - 1) {
+      k.at_top += 1;
+      if (over) k.over_at_top += 1;
+    }
+    check_infeasible(name, k, *target);
+    if (settle_left_ > 0) {
+      settle_left_ -= 1;
+    } else if (over && latency_s > options_.severe_ratio * *target) {
+      climb(2, now_s);
+    } else if (k.score > options_.tighten_score) {
+      climb(1, now_s);
+    }
+  }
+  update_probe(now_s);
+  maybe_descend(now_s);
+}
+
+void LatencyController::tick(double now_s) {
+  if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
+    step_ = 0;
+    step_since_s_ = now_s;
+    samples_at_step_ = 0;
+    settle_left_ = 0;
+    for (auto& [name, k] : kinds_) k.recent.clear();
+  }
+  update_probe(now_s);
+  maybe_descend(now_s);
+}
+
+void LatencyController::climb(int steps, double now_s) {
+  const int top = static_cast<int>(ladder_.size()) - 1;
+  const int from = step_;
+  step_ = std::min(top, step_ + steps);
+  if (step_ == from) return;
+  climbs_ += 1;
+  // Climbing back from a step just descended to: that step waits longer next time.
+  if (from == last_descent_to_ && now_s - last_descent_s_ < options_.undo_s) {
+    backoff_[static_cast<std::size_t>(from)] = std::min(backoff_[static_cast<std::size_t>(from)] + 1,
+                                                        static_cast<int>(std::log2(options_.max_backoff)));
+    last_descent_to_ = -1;
+  }
+  step_since_s_ = now_s;
+  samples_at_step_ = 0;
+  settle_left_ = options_.settle_samples;
+  for (auto& [name, k] : kinds_) {
+    k.score = 0.0;
+    k.recent.clear();
+  }
+}
+
+void LatencyController::check_infeasible(const std::string& name, Kind& k, double target) {
+  if (k.infeasible) return;
+  std::ostringstream reason;
+  reason.precision(3);
+  const std::optional<double> alone = k.alone.count() >= kAloneSamplesForTarget ? k.alone.quantile(0.99) : std::nullopt;
+  if (k.target && k.target->p99_s && alone && *alone > target) {
+    reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
+           << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
+  } else if (k.at_top >= options_.infeasible_samples &&
+             static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
+    reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
+           << "best-effort work held back as far as the scheduler can (" << k.over_at_top << " of the last " << k.at_top
+           << " jobs over it";
+    if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";
+    reason << ")";
+  } else {
+    return;
+  }
+  k.infeasible = true;
+  k.reason = reason.str();
+  if (!k.reported) {
+    k.reported = true;
+    reports_.push_back(k.reason);
+  }
+}
+
+void LatencyController::maybe_descend(double now_s) {
+  if (step_ == 0 || settle_left_ > 0) return;
+  // A step down that held for undo_s was right: its wait shrinks again.
+  if (last_descent_to_ == step_ && now_s - last_descent_s_ >= options_.undo_s) {
+    int& b = backoff_[static_cast<std::size_t>(step_)];
+    b = std::max(0, b - 1);
+    last_descent_to_ = -1;
+  }
+  const int doubling = 1 << backoff_[static_cast<std::size_t>(step_ - 1)];
+  if (samples_at_step_ < options_.loosen_samples * static_cast<std::size_t>(doubling) ||
+      now_s - step_since_s_ < options_.loosen_s * doubling) {
+    return;
+  }
+  bool any = false;
+  for (const auto& [name, k] : kinds_) {
+    if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
+    const std::optional<double> target = target_s(k);
+    if (!target) return;  // no judgement of this kind yet: stay
+    const std::optional<double> p99 = k.recent.quantile(0.99);
+    if (k.score >= options_.loosen_score || !p99 || *p99 > options_.slack * *target) return;
+    any = true;
+  }
+  if (!any) return;
+  step_ -= 1;
+  descents_ += 1;
+  last_descent_to_ = step_;
+  last_descent_s_ = now_s;
+  step_since_s_ = now_s;
+  samples_at_step_ = 0;
+  for (auto& [name, k] : kinds_) k.recent.clear();
+}
+
+void LatencyController::update_probe(double now_s) {
+  bool needed = false;
+  // Every active kind needs its alone latency: a relative target is built on it, an absolute
+  // one is checked against it (and stats report it).
+  for (const auto& [name, k] : kinds_) {
+    if (now_s - k.last_s <= options_.idle_s && k.alone.count() < options_.min_alone_samples) needed = true;
+  }
+  if (probing_) {
+    if (!needed || now_s - probe_started_s_ >= options_.probe_window_s) {
+      probing_ = false;
+      last_probe_s_ = now_s;
+    }
+  } else if (needed && (probes_ == 0 || now_s - last_probe_s_ >= options_.probe_interval_s)) {
+    probing_ = true;
+    probes_ += 1;
+    probe_started_s_ = now_s;
+  }
+}
+
+std::vector<KindControl> LatencyController::kinds() const {
+  std::vector<KindControl> out;
+  for (const auto& [name, k] : kinds_) {
+    KindControl c;
+    c.kind = name;
+    c.target_s = target_s(k);
+    if (k.alone.count() > 0) c.alone_p99_s = k.alone.quantile(0.99);
+    c.recent_p99_s = k.recent.quantile(0.99);
+    c.samples = k.samples;
+    c.judged = k.judged;
+    c.within_target = k.within;
+    c.alone_samples = k.alone.count();
+    c.score = k.score;
+    c.infeasible = k.infeasible;
+    c.infeasible_reason = k.reason;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<std::string> LatencyController::take_reports() {
+  std::vector<std::string> out;
+  out.swap(reports_);
+  return out;
+}
+
+}  // namespace octopus::scheduler

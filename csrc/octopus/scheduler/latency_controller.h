@@ -1,0 +1,171 @@
+// The latency controller of one device: from the latencies latency-critical (LC) work sees,
+// it chooses how hard best-effort (BE) work is held back, so that every LC kind stays within
+// its latency target while BE work keeps as much of the device as the targets allow.
+//
+// The decision is one step on a ladder of BE settings ordered from the most permissive (BE
+// slices of several milliseconds, two in flight, every SM, never paused) to the most
+// protective (short slices, one in flight, SMs kept free of BE work, BE paused while LC work
+// is held or waiting). The controller climbs when LC latency breaks its target and steps
+// down when it has slack; a step down that had to be undone is retried only after a wait
+// that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
+// ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
+// latency). Until a kind has enough alone samples the controller asks for a probe (BE
+// paused and drained for a short window, at most one per probe_interval_s).
+//
+// Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
+// passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
+// decides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "octopus/scheduler/config.h"
+#include "octopus/scheduler/sample_window.h"
+
+namespace octopus::scheduler {
+
+// One step of the ladder: how BE work runs on the device.
+struct ControlStep {
+  double slice_budget_s = 0.0;  // device time of one BE slice (the slicing helpers size slices to it)
+  int in_flight = 2;            // BE slices queued or running per holder at once
+  int reserved_sms = 0;         // SMs kept free of BE work (0: BE may use every SM)
+  ThrottleMode throttle = ThrottleMode::Off;  // when BE holders pause at checkpoints
+};
+
+// The default ladder for a device of `multiprocessors` SMs whose BE partitions can leave
+// `reserves` SMs free (ascending, without 0; empty where no partition can be made).
+std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves);
+
+// A kind's latency target: an absolute p99, or a ratio of its alone p99.
+struct LatencyTarget {
+  std::optional<double> p99_s;
+  double ratio = 1.5;
+};
+
+struct ControllerOptions {
+  double default_ratio = 1.5;        // target of kinds without one: ratio x alone p99
+  std::size_t min_alone_samples = 8;  // alone samples a probe collects (3 give a first target)
+  std::size_t alone_window = 512;
+  std::size_t recent_window = 256;
+  // A violation adds 1 to a kind's score, every sample multiplies it by 1 - 1 / score_memory:
+  // the score is about the violations among the last score_memory samples. Above
+  // tighten_score (more than ~1% over the last 100) the controller climbs a step; a single
+  // latency over severe_ratio x the target climbs at once.
+  double score_memory = 100.0;
+  double tighten_score = 1.0;
+  double severe_ratio = 2.0;
+  // After a climb, this many samples of every kind must arrive before the next one (the
+  // slices in flight at the old step still run).
+  int settle_samples = 3;
+  // A step down needs this many samples and seconds at the current step with every kind's
+  // recent p99 under slack x its target and its score under loosen_score.
+  std::size_t loosen_samples = 100;
+  double loosen_s = 0.5;
+  double slack = 0.8;
+  double loosen_score = 0.25;
+  // A step down undone within undo_s doubles that step's wait, up to max_backoff times.
+  double undo_s = 2.0;
+  int max_backoff = 64;
+  // Probing: at most one probe window of probe_window_s per probe_interval_s.
+  double probe_window_s = 0.1;
+  double probe_interval_s = 2.0;
+  // Without LC samples for idle_s the controller returns to the bottom step.
+  double idle_s = 2.0;
+  // A kind whose p99 stays over its target at the top step for infeasible_samples samples
+  // is reported infeasible.
+  std::size_t infeasible_samples = 200;
+};
+
+// What the controller knows of one kind, for stats and warnings.
+struct KindControl {
+  std::string kind;
+  std::optional<double> target_s;   // unset: a relative target whose alone p99 is not known yet
+  std::optional<double> alone_p99_s;
+  std::optional<double> recent_p99_s;
+  std::size_t samples = 0;
+  std::size_t judged = 0;           // samples that arrived while the kind had a target
+  std::size_t within_target = 0;    // of them, within the target in force then
+  std::size_t alone_samples = 0;
+  double score = 0.0;
+  bool infeasible = false;
+  std::string infeasible_reason;
+};
+
+class LatencyController {
+ public:
+  LatencyController(ControllerOptions options, std::vector<ControlStep> ladder);
+
+  // Sets a kind's target (absolute when p99_s is given, else ratio x alone p99).
+  void set_target(const std::string& kind, LatencyTarget target);
+  // One completed LC job of `kind` that took `latency_s`; `alone` when no BE work ran on the
+  // device from its request to its completion. `now_s` is any monotonic clock in seconds.
+  void observe(const std::string& kind, double latency_s, bool alone, double now_s);
+  // Time passing without samples (for going back to the bottom step when LC work stops and
+  // for ending probes).
+  void tick(double now_s);
+
+  int step() const { return step_; }
+  const ControlStep& settings() const { return ladder_[static_cast<std::size_t>(step_)]; }
+  const std::vector<ControlStep>& ladder() const { return ladder_; }
+  // Whether BE work should be paused and drained now to measure some kind's alone latency.
+  bool probing() const { return probing_; }
+  // Kinds' state, in name order.
+  std::vector<KindControl> kinds() const;
+  // Infeasible reports not yet taken (each kind once per becoming infeasible).
+  std::vector<std::string> take_reports();
+  int64_t climbs() const { return climbs_; }
+  int64_t descents() const { return descents_; }
+  int64_t probes() const { return probes_; }
+
+ private:
+  struct Kind {
+    std::optional<LatencyTarget> target;  // unset: default_ratio
+    detail::SampleWindow alone;
+    detail::SampleWindow recent;
+    double score = 0.0;
+    std::size_t samples = 0;
+    std::size_t judged = 0;
+    std::size_t within = 0;
+    double last_s = -1e300;
+    std::size_t at_top = 0;      // samples at the top step
+    std::size_t over_at_top = 0; // of them over target
+    bool infeasible = false;
+    std::string reason;
+    bool reported = false;
+    Kind(std::size_t alone_window, std::size_t recent_window) : alone(alone_window), recent(recent_window) {}
+  };
+
+  Kind& kind(const std::string& name);
+  std::optional<double> target_s(const Kind& k) const;
+  void climb(int steps, double now_s);
+  void check_infeasible(const std::string& name, Kind& k, double target);
+  void maybe_descend(double now_s);
+  void update_probe(double now_s);
+
+  ControllerOptions options_;
+  std::vector<ControlStep> ladder_;
+  std::map<std::string, Kind> kinds_;
+  int step_ = 0;
+  double step_since_s_ = 0.0;
+  std::size_t samples_at_step_ = 0;
+  int settle_left_ = 0;
+  std::vector<int> backoff_;       // per step: how many times the wait to descend to it is doubled
+  int last_descent_to_ = -1;       // the step last descended to, and when
+  double last_descent_s_ = -1e300;
+  double last_sample_s_ = -1e300;
+  bool probing_ = false;
+  double probe_started_s_ = -1e300;
+  double last_probe_s_ = -1e300;
+  int64_t probes_ = 0;
+  std::vector<std::string> reports_;
+  int64_t climbs_ = 0;
+  int64_t descents_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace octopus::scheduler

@@ -1,0 +1,184 @@
+// Latency control carried out by a StreamScheduler on the simulated backend: a
+// latency-critical (LC) kind whose jobs take longer the less best-effort (BE) work is held
+// back, a BE holder slicing its work through checkpoints, and the control thread between
+// them. Events complete at once here, so an LC job's latency is its lease's hold time.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "octopus/scheduler/simulated_backend.h"
+#include "octopus/scheduler/stream_scheduler.h"
+
+namespace octopus::scheduler {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+AcquireRequest lc(const std::string& kind = "lc") {
+  AcquireRequest r;
+  r.kind = kind;
+  r.priority = 1;
+  return r;
+}
+
+AcquireRequest be() {
+  AcquireRequest r;
+  r.kind = "be";
+  r.best_effort = true;
+  return r;
+}
+
+// Busy-waits `d` (sleeps overshoot by tens of microseconds).
+void hold_for(std::chrono::microseconds d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+  }
+}
+
+const ControlStats& control(const StreamScheduler& s) {
+  static thread_local SchedulerStats stats;
+  stats = s.stats();
+  return stats.devices.front().control;
+}
+
+struct Device {
+  std::shared_ptr<SimulatedBackend> backend = std::make_shared<SimulatedBackend>(1);
+  std::unique_ptr<StreamScheduler> scheduler;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> slices{0};
+  std::mutex streams_mutex;
+  std::set<StreamHandle> streams;  // every stream the BE holder ran on
+  std::thread best_effort;
+
+  explicit Device(SchedulerConfig config = {}) {
+    scheduler = std::make_unique<StreamScheduler>(config, backend);
+    // The BE holder: slices of work between checkpoints, for ever.
+    best_effort = std::thread([this] {
+      Lease l = scheduler->acquire(be());
+      while (!stop.load()) {
+        l.checkpoint(1.0);
+        slices.fetch_add(1);
+        {
+          std::lock_guard<std::mutex> lock(streams_mutex);
+          streams.insert(l.stream());
+        }
+        std::this_thread::sleep_for(50us);
+      }
+    });
+  }
+  ~Device() {
+    stop.store(true);
+    best_effort.join();
+  }
+
+  // One LC job: alone (paused and drained BE work: a probe) it takes `alone`, with BE work it
+  // takes alone * slowdown[step].
+  void job(std::chrono::microseconds alone, const std::vector<double>& slowdown) {
+    Lease l = scheduler->acquire(lc());
+    const ControlStats& c = control(*scheduler);
+    const double factor = c.probing ? 1.0 : slowdown[static_cast<std::size_t>(std::min<int>(c.step, slowdown.size() - 1))];
+    hold_for(std::chrono::microseconds(static_cast<int64_t>(alone.count() * factor)));
+  }
+};
+
+TEST(LatencyControl, ProbesTheAloneLatencyThenHoldsBestEffortWorkBackToTheTarget) {
+  Device d;
+  // Steps 0-2 break 1.5 x the alone time; step 3 on meet it.
+  const std::vector<double> slowdown = {3.0, 2.5, 2.0, 1.2};
+  for (int i = 0; i < 600; ++i) {
+    d.job(400us, slowdown);
+    std::this_thread::sleep_for(200us);
+  }
+  const ControlStats& c = control(*d.scheduler);
+  ASSERT_EQ(c.kinds.size(), 1u);
+  const KindControl& k = c.kinds.front();
+  EXPECT_GE(c.probes, 1);
+  ASSERT_TRUE(k.alone_p99_s.has_value());
+  EXPECT_GE(k.alone_samples, 3u);
+  EXPECT_NEAR(*k.alone_p99_s, 400e-6, 150e-6) << "the alone latency is the probe's";
+  ASSERT_TRUE(k.target_s.has_value());
+  EXPECT_NEAR(*k.target_s, 1.5 * *k.alone_p99_s, 1e-9);
+  EXPECT_GE(c.step, 3) << "it climbed to the first step that meets the target";
+  EXPECT_GT(d.slices.load(), 100) << "best-effort work kept running";
+}
+
+TEST(LatencyControl, AnAbsoluteTargetIsHeldAndSlicesFollowTheStep) {
+  Device d;
+  d.scheduler->set_target("lc", 2e-3, std::nullopt);
+  const auto budget_at_start = d.scheduler->slice_budget_s(0);
+  ASSERT_TRUE(budget_at_start.has_value());
+  const std::vector<double> slowdown = {4.0, 4.0, 4.0, 4.0, 1.0};  // 2 ms target: steps 0-3 give 4 ms
+  for (int i = 0; i < 300; ++i) {
+    d.job(1000us, slowdown);
+    std::this_thread::sleep_for(200us);
+  }
+  EXPECT_GE(control(*d.scheduler).step, 4);
+  EXPECT_LT(*d.scheduler->slice_budget_s(0), *budget_at_start) << "slices are shorter higher up the ladder";
+}
+
+TEST(LatencyControl, AnInfeasibleTargetIsReportedOnce) {
+  Device d;
+  d.scheduler->set_target("lc", 100e-6, std::nullopt);  // the job alone takes 400 us
+  for (int i = 0; i < 80 && !d.scheduler->has_reports(); ++i) {
+    d.job(400us, {1.0});
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(d.scheduler->has_reports());
+  const std::vector<std::string> reports = d.scheduler->take_reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("kind 'lc'"), std::string::npos) << reports[0];
+  EXPECT_FALSE(d.scheduler->has_reports());
+  const ControlStats& c = control(*d.scheduler);
+  EXPECT_TRUE(c.kinds.front().infeasible);
+}
+
+TEST(LatencyControl, PinnedKnobsStayWhereTheyArePinned) {
+  SchedulerConfig config;
+  config.best_effort_in_flight = 1;
+  config.throttle = ThrottleMode::Held;
+  Device d(config);
+  for (int i = 0; i < 200; ++i) {
+    d.job(300us, {5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 1.0});
+    std::this_thread::sleep_for(200us);
+  }
+  const ControlStats& c = control(*d.scheduler);
+  EXPECT_EQ(c.settings.in_flight, 1);
+  EXPECT_EQ(c.settings.throttle, ThrottleMode::Held);
+  EXPECT_GT(c.climbs, 0) << "the other knobs still move";
+}
+
+TEST(LatencyControl, OffMeansNoControllerAndCallerSizedSlices) {
+  SchedulerConfig config;
+  config.latency_control = false;
+  Device d(config);
+  EXPECT_FALSE(d.scheduler->slice_budget_s(0).has_value());
+  EXPECT_FALSE(control(*d.scheduler).enabled);
+  EXPECT_EQ(control(*d.scheduler).settings.throttle, ThrottleMode::Held);
+  EXPECT_THROW(d.scheduler->set_target("lc", 1e-3, std::nullopt), std::logic_error);
+}
+
+TEST(LatencyControl, BestEffortWorkMovesToThePartitionOfItsStep) {
+  // The simulated device offers partitions; high enough up the ladder best-effort work runs
+  // on one that keeps SMs free, and its holder's stream changes at a checkpoint.
+  Device d;
+  d.scheduler->set_target("lc", 1e-3, std::nullopt);
+  ASSERT_FALSE(control(*d.scheduler).reserves.empty()) << control(*d.scheduler).partition_error;
+  for (int i = 0; i < 300; ++i) {
+    d.job(500us, {4.0, 4.0, 4.0, 4.0, 4.0, 1.0});
+    std::this_thread::sleep_for(200us);
+  }
+  const SchedulerStats stats = d.scheduler->stats();
+  EXPECT_GT(stats.devices.front().control.settings.reserved_sms, 0);
+  EXPECT_GT(stats.devices.front().partition_sms, 0);
+  std::lock_guard<std::mutex> lock(d.streams_mutex);
+  EXPECT_GE(d.streams.size(), 2u) << "the holder moved to a partition's stream";
+}
+
+}  // namespace
+}  // namespace octopus::scheduler
