@@ -1,48 +1,91 @@
-"""octopus-bench contention: the modes it sweeps, its verdicts, and a run on the CPU (where
-only the lease, checkpoint and Batcher costs on the simulated backend are measured)."""
+"""octopus-bench contention: its modes, the verdicts and the oracle it picks, a run of its
+runner on the CPU (the simulated scheduler, tiny workloads), and the command on the CPU
+(where only the lease, checkpoint and Batcher costs are measured)."""
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 
-import pytest
+import torch
 
-from octopus.bench import contention
+from octopus.bench.contention import report
+from octopus.bench.contention.cli import run_workload
+from octopus.bench.contention.modes import SWEEP, modes
+from octopus.bench.contention.workloads import FAMILIES
 
 
-def test_the_sweep_covers_every_mechanism_and_knob():
-    modes = contention.modes([256, 512, 1024], [1, 2], [8, 16, 32], [16 << 20])
-    names = [m.name for m in modes]
+def test_the_modes_cover_the_peers_the_sweep_and_both_targets():
+    names = [m.name for m in modes()]
     assert len(names) == len(set(names))
-    for needle in ("alone", "plain streams", "priority streams", "torch green contexts", "leases + throttle",
-                   "leases + slicing", "in-flight", "leases + partition", "partition 16 + throttle"):
-        assert any(needle in n for n in names), needle
-    pairs = {(m.lc, m.be) for m in modes if m.be_stream != "none"}
-    assert pairs == {("mlp", "matmul"), ("ragged", "matmul"), ("mlp", "ragged")}
-    sweep = [m for m in modes if m.lc == "mlp" and m.be == "matmul" and m.be_stream == "lease"]
-    assert {m.slice for m in sweep} == {None, 256, 512, 1024}
-    assert {m.in_flight for m in sweep} == {0, 1, 2}
-    assert {m.reserved_sms for m in sweep} == {0, 8, 16, 32}
-    assert {m.throttle for m in sweep} == {"off", "held"}
+    assert names[:4] == ["LC alone", "BE alone", "plain streams", "priority streams"]
+    sweep = [m for m in modes() if m.kind == "sweep"]
+    assert len(sweep) == len(SWEEP) and all(not m.options["latency_control"] for m in sweep)
+    assert {m.options["reserved_sms"] for m in sweep} >= {0, 8, 16, 24}
+    assert {m.options["throttle"] for m in sweep} == {"off", "held"}
+    controller = [m for m in modes() if m.kind == "controller"]
+    assert [m.target_ratio for m in controller] == [1.5, 3.0]
+    assert all(m.options == {"latency_ratio": m.target_ratio} and m.slice_budget_s is None for m in controller)
+    assert not [m for m in modes(sweep=False) if m.kind == "sweep"]
 
 
-def test_verdicts():
-    rows = [dict(name="a", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.58, be_share=0.85, sm_clock_mhz=1552.4),
-            dict(name="b", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.61, be_share=0.95),
-            dict(name="c", lc="mlp", lc_p50_ms=0.5, lc_p99_ms=0.5, be_share=0.79),
-            dict(name="d", lc="mlp", error="RuntimeError: no partition")]
-    contention.summarize(rows, {"mlp": 0.4}, {"mlp": 1.16})
-    assert [r.get("meets_target") for r in rows] == [True, False, False, None]
-    assert rows[0]["lc_p99_over_alone"] == 0.58 / 0.4
-    assert rows[0]["lc_p99_over_alone_p99"] == 0.58 / 1.16  # like for like, reported beside the target's measure
-    table = contention.format_table(rows)
-    assert table.splitlines()[1].split()[-4:] == ["0.50", "85", "1552", "yes"]  # p99 / alone p99, BE %, clock
-    assert table.splitlines()[2].split()[-2] == "-"  # no clock reading
-    assert "error: RuntimeError: no partition" in table and "yes" in table
+def row(name, kind, lc_ms, be_per_s):
+    return dict(name=name, kind=kind, lc_ms=lc_ms, be_per_s=be_per_s)
 
 
-def test_runs_on_the_cpu(tmp_path):
+def test_verdicts_ratios_and_the_oracle():
+    alone = [1.0] * 99 + [1.2]  # p50 1.0, p99 1.0 (nearest rank), 1.5x target = 1.5 ms
+    rows = [row("LC alone", "alone", {"a": alone}, {}),
+            row("BE alone", "alone", {}, {"x": 10.0, "y": 4.0}),
+            # 2 of 100 over 1.5 ms: 98% within the target
+            row("fixed: loose", "sweep", {"a": [1.2] * 98 + [2.0, 2.0]}, {"x": 10.0, "y": 4.0}),
+            # within, but BE y at 75%
+            row("fixed: tight", "sweep", {"a": [1.1] * 100}, {"x": 9.0, "y": 3.0}),
+            # within, BE at 90% and 85%
+            row("fixed: right", "sweep", {"a": [1.3] * 100}, {"x": 9.0, "y": 3.4}),
+            # within, but p50 over 2x the alone p50
+            row("fixed: slow", "sweep", {"a": [1.45] * 100}, {"x": 9.5, "y": 3.9}),
+            dict(name="fixed: broken", kind="sweep", error="RuntimeError: no partition")]
+    rows[5]["lc_ms"]["a"] = [2.5] * 100
+    summary = report.summarize(rows)
+    by = {r["name"]: r for r in rows}
+    assert summary["lc_alone"]["a"] == dict(p50_ms=1.0, p99_ms=1.0)
+    assert by["fixed: loose"]["lc"]["a"]["within_1.5x"] == 0.98 and not by["fixed: loose"]["meets"]["1.5x"]
+    assert by["fixed: loose"]["meets"]["3x"]  # 2.0 <= 3.0
+    assert by["fixed: tight"]["be_share_min"] == 0.75 and not by["fixed: tight"]["meets"]["1.5x"]
+    assert by["fixed: right"]["meets"]["1.5x"] and by["fixed: right"]["be_share"] == {"x": 0.9, "y": 0.85}
+    assert by["fixed: slow"]["lc"]["a"]["p50_over_alone_p50"] == 2.5 and not by["fixed: slow"]["meets"]["3x"]
+    assert summary["oracle"] == "fixed: right"
+    table = report.format_table(rows, summary["oracle"])
+    assert "fixed: right (oracle)" in table and "min 85%" in table and "error: RuntimeError: no partition" in table
+    assert "1.5x:yes 3x:yes" in table
+
+
+def test_without_a_fixed_configuration_that_meets_the_target_the_oracle_is_the_closest():
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 1.0}),
+            row("fixed: p", "sweep", {"a": [1.0] * 90 + [9.0] * 10}, {"x": 1.0}),
+            row("fixed: q", "sweep", {"a": [1.0] * 95 + [9.0] * 5}, {"x": 0.5})]
+    assert report.summarize(rows)["oracle"] == "fixed: q"
+
+
+def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
+    args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
+                              only=["target 1.5x", "priority"])
+    result = run_workload("mlp", torch.device("cpu"), args)
+    names = [m["name"] for m in result["modes"]]
+    assert names == ["LC alone", "BE alone", "priority streams", "octopus latency control, target 1.5x"]
+    for m in result["modes"]:
+        assert "error" not in m, m.get("error")
+    controller = result["modes"][-1]
+    assert controller["control"]["enabled"] and set(controller["lc_ms"]) == {"mlp", "ragged"}
+    assert len(controller["lc_ms"]["ragged"]) >= 3  # (the CPU, two cores shared with the BE jobs, keeps up with few)
+    assert set(controller["be_per_s"]) == {"matmul", "ragged"} and all(v > 0 for v in controller["be_per_s"].values())
+    assert "ragged" in result["lc_alone"]
+    assert set(FAMILIES) == {"mlp", "convnet"}
+
+
+def test_the_command_on_the_cpu(tmp_path):
     path = tmp_path / "contention.json"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run([sys.executable, "-m", "octopus.bench", "contention", "--json", str(path)],
@@ -50,18 +93,7 @@ def test_runs_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "no CUDA device" in proc.stderr
     result = json.loads(path.read_text())
-    assert result["modes"] == []
+    assert result["workloads"] == []
     assert result["lease_overhead"][0]["backend"] == "simulated" and result["lease_overhead"][0]["python_us"] > 0
     assert result["checkpoint"][0]["checkpoint_us"] > 0
     assert result["batcher"][0]["back_to_back_us_per_request"] > 0
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
-def test_realtime_thread_is_asked_for_and_given_back():
-    before = os.sched_getscheduler(0), os.sched_getparam(0)
-    with contention.realtime_thread(True) as realtime:
-        assert isinstance(realtime, bool)  # False where the OS refuses (no CAP_SYS_NICE)
-        assert os.sched_getscheduler(0) == (os.SCHED_FIFO if realtime else before[0])
-    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == before
-    with contention.realtime_thread(False) as realtime:
-        assert realtime is False and os.sched_getscheduler(0) == before[0]

@@ -1,0 +1,112 @@
+"""``octopus-bench contention``: the command line, one run over the chosen workloads, the
+printed tables and the raw JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+import octopus
+
+from ..costs import batcher_overhead, checkpoint_cost, lease_overhead
+from ..report import environment
+from . import report
+from .modes import TARGET_RATIOS, modes
+from .runner import Runner
+from .workloads import FAMILIES
+
+
+def parser() -> argparse.ArgumentParser:
+    from . import __doc__ as description
+    p = argparse.ArgumentParser(prog="octopus-bench contention", description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", nargs="+", choices=sorted(FAMILIES), default=["mlp", "convnet"])
+    p.add_argument("--warmup", type=float, default=0.5, help="seconds each mode runs before it is measured")
+    p.add_argument("--controller-warmup", type=float, default=2.0,
+                   help="seconds the latency controller runs before it is measured (it probes, then settles)")
+    p.add_argument("--measure", type=float, default=3.0, help="seconds each mode is measured")
+    p.add_argument("--scale", type=float, default=1.0, help="multiplies the BE work's size")
+    p.add_argument("--no-sweep", action="store_true", help="leave out the fixed configurations (and the oracle)")
+    p.add_argument("--only", nargs="+", default=None, metavar="TEXT",
+                   help="run only the modes whose name contains one of these (and the alone modes)")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="sys.setswitchinterval while the modes run (default: Python's own)")
+    p.add_argument("--json", default=None, help="write the raw measurements here")
+    return p
+
+
+def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> Dict[str, Any]:
+    lc_jobs, be_jobs = FAMILIES[name](device, args.scale)
+    runner = Runner(lc_jobs, be_jobs, device, args.warmup, args.measure, args.controller_warmup)
+    rows: List[Dict[str, Any]] = []
+    for mode in modes(sweep=not args.no_sweep):
+        if args.only and mode.kind != "alone" and not any(text in mode.name for text in args.only):
+            continue
+        t0 = time.perf_counter()
+        try:
+            row = runner.run(mode)
+        except Exception as error:  # noqa: BLE001 (recorded: the other modes still run)
+            row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
+        row["seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        summary = report.summarize(rows)
+        print(f"[{name}] " + report.format_table([row], summary["oracle"]), flush=True)
+    summary = report.summarize(rows)
+    return dict(workload=name, lc_jobs={j.name: dict(period_ms=j.period_s * 1e3, graph=j.graph) for j in lc_jobs},
+                be_jobs={j.name: dict(units=j.units, unit=j.unit) for j in be_jobs}, modes=rows, **summary)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    if args.warmup < 0 or args.measure <= 0 or args.scale <= 0 or args.controller_warmup < 0:
+        parser().error("--warmup, --controller-warmup must be non-negative, --measure and --scale positive")
+    has_cuda = torch.cuda.is_available() and octopus.built_with_cuda
+    device = torch.device("cuda" if has_cuda else "cpu")
+    overhead = [lease_overhead("simulated")]
+    checkpoints = [checkpoint_cost("simulated")]
+    batching = [batcher_overhead("simulated")]
+    workloads: List[Dict[str, Any]] = []
+    switch_interval = sys.getswitchinterval()
+    if has_cuda:
+        overhead.insert(0, lease_overhead("cuda"))
+        checkpoints.insert(0, checkpoint_cost("cuda"))
+        batching.insert(0, batcher_overhead("cuda"))
+        torch.backends.cuda.matmul.allow_tf32 = True
+        if args.switch_interval:
+            sys.setswitchinterval(args.switch_interval)
+        try:
+            for name in args.workloads:
+                workloads.append(run_workload(name, device, args))
+                torch.cuda.empty_cache()
+        finally:
+            sys.setswitchinterval(switch_interval)
+    else:
+        print("no CUDA device: only the lease, checkpoint and batcher overheads on the simulated backend are measured",
+              file=sys.stderr)
+    for w in workloads:
+        print(f"\n{w['workload']}: LC jobs {w['lc_jobs']}, BE jobs {w['be_jobs']}")
+        print(report.format_table(w["modes"], w["oracle"]))
+    for o in overhead:
+        print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us")
+    for c in checkpoints:
+        print(f"best-effort checkpoint ({c['backend']}): {c['checkpoint_us']:.2f} us")
+    for b in batching:
+        print(f"Batcher ({b['backend']}): {b['back_to_back_us_per_request']:.1f} us/request back to back, "
+              f"{b['single_request_us_p50']:.1f} us for one request alone ({b['overhead_us_per_request']:.1f} us "
+              f"over packing it directly)")
+    if args.json:
+        result = dict(environment=environment(device), targets=dict(ratios=TARGET_RATIOS, p50_ratio=report.P50_RATIO,
+                                                                    be_share=report.BE_SHARE,
+                                                                    attainment=report.ATTAINMENT),
+                      warmup_s=args.warmup, controller_warmup_s=args.controller_warmup, measure_s=args.measure,
+                      scale=args.scale, switch_interval_s=args.switch_interval or switch_interval,
+                      workloads=workloads, lease_overhead=overhead, checkpoint=checkpoints, batcher=batching)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"raw measurements: {args.json}")
+    return 0

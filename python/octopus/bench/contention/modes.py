@@ -1,0 +1,58 @@
+"""The ways of running a workload's LC and BE jobs side by side that the benchmark compares
+(its peers): each LC job alone, each BE job alone, plain streams, priority streams, a sweep
+of fixed lease configurations (the best of which is the oracle a user would find by hand),
+and octopus's latency controller with no settings at two targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class Mode:
+    """How a workload's jobs run. ``lc`` / ``be``: "none" (not run), "normal" (a stream of
+    their own), "high" (LC on a high-priority stream) or "lease" (leases of one
+    StreamScheduler made with ``options``; BE slices of ``slice_budget_s`` device seconds
+    each, or, with None, as the scheduler sizes them)."""
+
+    name: str
+    lc: str
+    be: str
+    options: Dict[str, Any] = field(default_factory=dict)
+    slice_budget_s: Optional[float] = None
+    kind: str = "peer"  # "alone", "peer", "sweep" or "controller"
+    target_ratio: Optional[float] = None  # controller modes: latency_ratio
+
+
+# Fixed lease configurations a user could pick (latency control off, every knob pinned):
+# (name, reserved SMs, in-flight bound, throttle, BE slice length in seconds or None).
+SWEEP = [
+    ("leases", 0, 0, "off", None),
+    ("slices 1 ms", 0, 2, "off", 1e-3),
+    ("slices 0.5 ms, in-flight 1", 0, 1, "off", 0.5e-3),
+    ("throttle + slices 1 ms", 0, 2, "held", 1e-3),
+    ("throttle + slices 0.25 ms, in-flight 1", 0, 1, "held", 0.25e-3),
+    ("partition 8", 8, 0, "off", None),
+    ("partition 16", 16, 0, "off", None),
+    ("partition 24 + slices 1 ms", 24, 2, "off", 1e-3),
+    ("partition 16 + slices 0.5 ms, in-flight 1", 16, 1, "off", 0.5e-3),
+    ("partition 24 + throttle + slices 0.5 ms, in-flight 1", 24, 1, "held", 0.5e-3),
+]
+
+TARGET_RATIOS = (1.5, 3.0)
+
+
+def modes(sweep: bool = True) -> List[Mode]:
+    """Every mode of one workload, in the order they run."""
+    out = [Mode("LC alone", "normal", "none", kind="alone"),
+           Mode("BE alone", "none", "normal", kind="alone"),
+           Mode("plain streams", "normal", "normal"),
+           Mode("priority streams", "high", "normal")]
+    if sweep:
+        out += [Mode(f"fixed: {name}", "lease", "lease", kind="sweep", slice_budget_s=budget,
+                     options=dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
+                                  throttle=throttle)) for name, sms, in_flight, throttle, budget in SWEEP]
+    out += [Mode(f"octopus latency control, target {r:g}x", "lease", "lease", kind="controller", target_ratio=r,
+                 options=dict(latency_ratio=r)) for r in TARGET_RATIOS]
+    return out

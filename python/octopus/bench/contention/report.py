@@ -1,0 +1,78 @@
+"""What the contention benchmark reports of its modes: each LC job's p50 and p99 over its own
+alone p50 and p99 and the share of its jobs within a target (1.5x and 3x its alone p99),
+every BE job's throughput over its alone throughput (the minimum, not only the mean), the SM
+clock; whether each mode meets the targets, and which fixed configuration (the oracle) came
+closest."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ..._timing import percentile
+
+# The targets' second half: LC p50 within this of the alone p50, every BE job at least this
+# share of its alone throughput, at least this share of LC jobs within the latency target.
+P50_RATIO = 2.0
+BE_SHARE = 0.80
+ATTAINMENT = 0.99
+
+
+def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> Dict[str, Any]:
+    """Adds ratios and verdicts to every row (from the "LC alone" and "BE alone" rows among
+    them) and returns the workload's summary: the alone figures and the oracle row's name."""
+    alone_lc = next((r for r in rows if r["name"] == "LC alone" and "lc_ms" in r), None)
+    alone_be = next((r for r in rows if r["name"] == "BE alone" and "be_per_s" in r), None)
+    base = {name: dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99))
+            for name, ms in (alone_lc or {}).get("lc_ms", {}).items() if ms}
+    be_base = dict((alone_be or {}).get("be_per_s", {}))
+    for r in rows:
+        if "error" in r:
+            continue
+        jobs = {}
+        for name, ms in r.get("lc_ms", {}).items():
+            if not ms or name not in base:
+                continue
+            job = dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), samples=len(ms))
+            job["p50_over_alone_p50"] = job["p50_ms"] / base[name]["p50_ms"]
+            job["p99_over_alone_p99"] = job["p99_ms"] / base[name]["p99_ms"]
+            for t in target_ratios:
+                limit = t * base[name]["p99_ms"]
+                job[f"within_{t:g}x"] = sum(v <= limit for v in ms) / len(ms)
+            jobs[name] = job
+        r["lc"] = jobs
+        shares = {name: rate / be_base[name] for name, rate in r.get("be_per_s", {}).items() if be_base.get(name)}
+        r["be_share"] = shares
+        r["be_share_min"] = min(shares.values()) if shares else None
+        if jobs and shares:
+            r["meets"] = {f"{t:g}x": all(j[f"within_{t:g}x"] >= ATTAINMENT and j["p50_over_alone_p50"] <= P50_RATIO
+                                         for j in jobs.values()) and min(shares.values()) >= BE_SHARE
+                          for t in target_ratios}
+    sweep = [r for r in rows if r.get("kind") == "sweep" and "meets" in r]
+    first = f"{target_ratios[0]:g}x"
+    oracle: Optional[Dict[str, Any]] = None
+    meeting = [r for r in sweep if r["meets"][first]]
+    if meeting:
+        oracle = max(meeting, key=lambda r: r["be_share_min"])
+    elif sweep:  # none meets it: the one that comes closest on latency
+        oracle = max(sweep, key=lambda r: min(j[f"within_{first}"] for j in r["lc"].values()))
+    return dict(lc_alone=base, be_alone_per_s=be_base, oracle=oracle["name"] if oracle else None)
+
+
+def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> str:
+    """One line per mode: per LC job p50 and p99 over alone and the share within 1.5x; BE's
+    minimum and each job's share; the SM clock; the verdicts."""
+    lines = []
+    for r in rows:
+        mark = " (oracle)" if r["name"] == oracle else ""
+        if "error" in r:
+            lines.append(f"{r['name'] + mark:<58} error: {r['error'][:120]}")
+            continue
+        lc = "  ".join(f"{name} {j['p50_over_alone_p50']:.2f}/{j['p99_over_alone_p99']:.2f}x "
+                       f"{100 * j['within_1.5x']:.1f}%" for name, j in r.get("lc", {}).items())
+        be = "  ".join(f"{name} {100 * s:.0f}%" for name, s in r.get("be_share", {}).items())
+        minimum = f"min {100 * r['be_share_min']:.0f}%" if r.get("be_share_min") is not None else ""
+        clock = f"{r['sm_clock_mhz']:.0f} MHz" if r.get("sm_clock_mhz") else ""
+        meets = " ".join(f"{k}:{'yes' if v else 'no'}" for k, v in r.get("meets", {}).items())
+        lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
+                     f"{clock} {meets}".rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""Runs one mode of a workload: every BE job looping in a thread of its own, every LC job in
+a thread of its own on its fixed open-loop schedule (job k of an LC job arrives at
+``start + phase + k * period``; its latency runs from that arrival to its work's completion,
+so a job that starts late because the one before overran is counted from when it should
+have started). Measured over a window after a warm-up: each LC job's latencies, each BE
+job's products per second, and the GPU's SM clock and power (NVML)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+import octopus
+
+from ..energy import GpuSampler
+from .modes import Mode
+from .workloads import BEJob, LCJob
+
+
+class Runner:
+    """A workload's jobs on one device, runnable in any mode."""
+
+    def __init__(self, lc_jobs: List[LCJob], be_jobs: List[BEJob], device: torch.device, warmup_s: float,
+                 measure_s: float, controller_warmup_s: float):
+        self.lc_jobs, self.be_jobs, self.device = lc_jobs, be_jobs, device
+        self.warmup_s, self.measure_s, self.controller_warmup_s = warmup_s, measure_s, controller_warmup_s
+        self.cuda = device.type == "cuda"
+        # Graph jobs captured once per stream priority: kernel nodes keep the priority of the
+        # stream they were captured on.
+        self.graphs: Dict[tuple, torch.cuda.CUDAGraph] = {}
+        if self.cuda:
+            for job in lc_jobs:
+                if job.graph:
+                    for priority in (0, -1):
+                        self.graphs[(job.name, priority)] = self._capture(job.run, priority)
+
+    def _capture(self, run: Callable[[], object], priority: int) -> torch.cuda.CUDAGraph:
+        stream = torch.cuda.Stream(self.device, priority=priority)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream):
+            run()
+            stream.synchronize()
+            with torch.cuda.graph(graph, stream=stream):
+                run()
+        stream.synchronize()
+        return graph
+
+    def _body(self, job: LCJob, high: bool) -> Callable[[], object]:
+        graph = self.graphs.get((job.name, -1 if high else 0))
+        return graph.replay if graph is not None else job.run
+
+    # -- LC ---------------------------------------------------------------------------
+
+    def _lc_launcher(self, job: LCJob, mode: Mode, sched: Optional[octopus.StreamScheduler]) -> Callable[[], None]:
+        """``launch()``: one job of ``job``, from its launch to its completion on the host."""
+        if not self.cuda:
+            body = job.run
+            return lambda: (body(), None)[1]
+        done = torch.cuda.Event()
+        if mode.lc == "lease":
+            assert sched is not None
+            body = self._body(job, high=True)
+
+            def leased() -> None:
+                with sched.acquire(job.name, priority="high") as lease, torch.cuda.stream(lease.stream):
+                    body()
+                    done.record()
+                    done.synchronize()
+            return leased
+        stream = torch.cuda.Stream(self.device, priority=-1 if mode.lc == "high" else 0)
+        body = self._body(job, high=mode.lc == "high")
+
+        def plain() -> None:
+            with torch.cuda.stream(stream):
+                body()
+                done.record()
+            done.synchronize()
+        return plain
+
+    def _lc_thread(self, job: LCJob, launch: Callable[[], None], start: float, phase: float, stop: threading.Event,
+                   out: List[tuple]) -> None:
+        k = 0
+        while not stop.is_set():
+            arrival = start + phase + k * job.period_s
+            k += 1
+            wait = arrival - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            launch()
+            out.append((arrival, time.perf_counter()))
+
+    # -- BE ---------------------------------------------------------------------------
+
+    def _be_product(self, job: BEJob, mode: Mode, sched: Optional[octopus.StreamScheduler],
+                    stream: Optional[torch.cuda.Stream]) -> Callable[[], Any]:
+        """``product()``: queues one whole unit of the job's work; returns what to wait on."""
+        if mode.be == "lease":
+            assert sched is not None
+
+            def leased() -> Any:
+                lease = sched.acquire(job.name, best_effort=True)
+                with lease, torch.cuda.stream(lease.stream) if self.cuda else contextlib.nullcontext():
+                    if job.unit == "rows":
+                        for rows in lease.slices(job.units, budget=mode.slice_budget_s):
+                            job.launch(rows.start, rows.stop)
+                    else:
+                        assert job.batch is not None
+                        for items, _ in lease.item_slices(job.batch, budget=mode.slice_budget_s):
+                            job.launch(items.start, items.stop)
+                return lease.release_event
+            return leased
+
+        def whole() -> Any:
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                job.launch(0, job.units)
+                if stream is None:
+                    return None
+                finished = torch.cuda.Event()
+                finished.record()
+            return finished
+        return whole
+
+    @staticmethod
+    def _be_thread(product: Callable[[], Any], stop: threading.Event, completions: List[float],
+                   errors: List[BaseException]) -> None:
+        pending: collections.deque[Any] = collections.deque()
+        try:
+            while not stop.is_set():
+                pending.append(product())
+                while len(pending) > 2:  # two products queued: the device never waits for the host
+                    finished = pending.popleft()
+                    if finished is not None:
+                        finished.synchronize()
+                    completions.append(time.perf_counter())
+            while pending:
+                finished = pending.popleft()
+                if finished is not None:
+                    finished.synchronize()
+        except BaseException as error:  # noqa: BLE001 (reported by the mode)
+            errors.append(error)
+
+    # -- a mode -------------------------------------------------------------------------
+
+    def run(self, mode: Mode) -> Dict[str, Any]:
+        """The mode's measurements: per LC job its latencies (ms, from arrival), per BE job
+        its products per second, the scheduler's stats where it used one, NVML means."""
+        sched = None
+        if "lease" in (mode.lc, mode.be):
+            sched = octopus.StreamScheduler(4, backend="cuda" if self.cuda else "simulated", **mode.options)
+        stop = threading.Event()
+        threads: List[threading.Thread] = []
+        be_done: Dict[str, List[float]] = {}
+        errors: List[BaseException] = []
+        if mode.be != "none":
+            for job in self.be_jobs:
+                stream = torch.cuda.Stream(self.device) if self.cuda and mode.be != "lease" else None
+                be_done[job.name] = []
+                threads.append(threading.Thread(target=self._be_thread, args=(
+                    self._be_product(job, mode, sched, stream), stop, be_done[job.name], errors), daemon=True))
+        lc_out: Dict[str, List[tuple]] = {}
+        warmup = self.controller_warmup_s if mode.kind == "controller" else self.warmup_s
+        start = time.perf_counter() + 0.05
+        if mode.lc != "none":
+            for i, job in enumerate(self.lc_jobs):
+                lc_out[job.name] = []
+                launch = self._lc_launcher(job, mode, sched)
+                phase = job.period_s * i / len(self.lc_jobs)
+                threads.append(threading.Thread(target=self._lc_thread, args=(
+                    job, launch, start, phase, stop, lc_out[job.name]), daemon=True))
+        collecting = gc.isenabled()
+        gc.disable()  # as timeit does: a collection inside a timed job is not the GPU's doing
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(max(0.0, start + warmup - time.perf_counter()))
+            t0 = time.perf_counter()
+            with GpuSampler(self.device) as gpu:
+                time.sleep(self.measure_s)
+            t1 = time.perf_counter()
+            control = sched.stats()["devices"][0]["control"] if sched is not None else None
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            if collecting:
+                gc.enable()
+            if self.cuda:
+                torch.cuda.synchronize(self.device)
+        if errors:
+            raise errors[0]
+        row: Dict[str, Any] = dict(name=mode.name, kind=mode.kind, lc_mode=mode.lc, be_mode=mode.be,
+                                   options=mode.options, slice_budget_s=mode.slice_budget_s,
+                                   target_ratio=mode.target_ratio, window_s=t1 - t0,
+                                   sm_clock_mhz=gpu.mean("sm_clock_mhz"), power_w=gpu.mean("power_w"),
+                                   power_capped_share=gpu.mean("power_capped"))
+        row["lc_ms"] = {name: [(done - arrival) * 1e3 for arrival, done in out if t0 <= arrival < t1]
+                        for name, out in lc_out.items()}
+        row["be_per_s"] = {name: sum(t0 <= c <= t1 for c in done) / (t1 - t0) for name, done in be_done.items()}
+        if control is not None:
+            row["control"] = control
+        return row
+
