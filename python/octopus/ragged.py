@@ -204,7 +204,7 @@ class RaggedBatch:
 
     def narrow_items(self, start: int, stop: int) -> "RaggedBatch":
         """Items ``start`` to ``stop - 1`` as a batch of their own whose values are a view
-        of this batch's (no copy of the elements; the layout is rebased on the host)."""
+        of this batch's (no copy of the elements; the offsets are rebased where they live)."""
         m = len(self)
         if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start <= stop <= m:
             raise ValueError(f"narrow_items needs 0 <= start <= stop <= {m} (num_items), got start={start!r}, "
@@ -213,7 +213,8 @@ class RaggedBatch:
         begin, end = int(offsets[start]), int(offsets[stop])
         host_offsets = offsets[start:stop + 1] - begin
         host_sizes = sizes[start:stop]
-        out = RaggedBatch(self._values[begin:end], host_offsets.to(self.device), host_sizes.to(self.device),
+        # Rebased where the offsets live (no copy to the device, no wait for its queue).
+        out = RaggedBatch(self._values[begin:end], self._offsets[start:stop + 1] - begin, self._sizes[start:stop],
                           validate=False)
         out._host_layout = (host_offsets, host_sizes)
         return out
