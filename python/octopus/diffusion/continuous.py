@@ -13,15 +13,20 @@ batch, step and streams), issued before and concurrently with the others' iterat
 they never wait for the other samples' model calls; with ``normal_lane_pause`` the other
 samples' iterations also wait (for at most that long at a time) while the priority lane has
 samples, so that high-priority requests have the GPU as if alone.
+
+The loop decides, then carries out: admission is a plan made from plain values
+(:mod:`~octopus.diffusion.admission`); the lanes, and which of them iterates in a round, are
+:mod:`~octopus.diffusion.lanes`; the iteration timings :mod:`~octopus.diffusion.iteration_timing`.
 """
 
 from __future__ import annotations
 
 import atexit
-import collections
+import bisect
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import math
 import threading
 import time
@@ -32,14 +37,15 @@ import numpy as np
 import torch
 
 from ..scheduling import DeadlineMissed, StreamScheduler
-from .arena import LatentArena, Member
-from .model_runner import CapturedCalls, GroupCall, ModelRunner
-from .requests import (AdmissionQueue, SampleResult, SamplingRequest, check_request,
-                       resolve_scheduler, sampler_row)
+from .admission import Budget, Candidate, plan_admission, service_order
+from .arena import Member
+from .iteration_timing import IterationTimer
+from .lanes import Lane, Lanes
+from .model_runner import CapturedCalls
+from .requests import SampleResult, SamplingRequest, check_request, resolve_scheduler, sampler_row
 from .rows import RowTables, SamplerRow, fused_step, to_device
 from .schedulers import _BatchedScheduler
 
-HIGH_PRIORITY = 1  # "high" (StreamScheduler's scale): what high_priority_batch protects
 GPU_POLL_S = 2e-4  # how often a sampling thread waiting for the GPU checks it
 _OPEN: "weakref.WeakSet[ContinuousSampler]" = weakref.WeakSet()
 
@@ -65,7 +71,7 @@ class _Running(Member):
     bytes: int = 0
     submitted: float = 0.0
     started: float | None = None
-    arrival: int | None = None
+    candidate: Candidate = dataclasses.field(init=False)  # what admission knows of it: set when it is queued
     step: int = 0
     slot: int | None = None
     divisors: np.ndarray | None = None     # euler: what each step's model input is divided by
@@ -73,33 +79,7 @@ class _Running(Member):
     cond: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     neg: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     failed: bool = False
-    lane: "_Lane | None" = None  # while it has a slot
-
-
-@dataclasses.dataclass(eq=False)
-class _Lane:
-    """A pipeline of iterations: its packed samples, the fused step's tables and free slots,
-    the model calls (and their CUDA graphs), the stream its step runs on, and its iterations
-    not yet finished on the GPU."""
-
-    arena: LatentArena
-    runner: ModelRunner
-    stream: torch.cuda.Stream | None
-    free_slots: list[int]
-    tables: RowTables | None = None
-    sample_rows: torch.Tensor | None = None
-    plans: list[GroupCall] = dataclasses.field(default_factory=list)
-    changed: bool = False
-    in_flight: collections.deque[torch.cuda.Event] = dataclasses.field(default_factory=collections.deque)
-
-    def ready(self, limit: int) -> bool:
-        """Fewer than ``limit`` of its iterations are unfinished on the GPU."""
-        while self.in_flight and self.in_flight[0].query():
-            self.in_flight.popleft()
-        return len(self.in_flight) < limit
-
-    def on_stream(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+    lane: Lane | None = None  # while it has a slot
 
 
 class ContinuousSampler:
@@ -192,30 +172,21 @@ class ContinuousSampler:
         self._owned_streams: StreamScheduler | None = None
         if self.device.type == "cuda" and stream_scheduler is None:
             stream_scheduler = self._owned_streams = StreamScheduler(4, devices=[self.device.index])
-        on_cuda = self.device.type == "cuda"
-
-        def lane(priority: int) -> _Lane:
-            return _Lane(LatentArena(self.device, self.dtype),
-                         ModelRunner(model, self.device, stream_scheduler, cuda_graphs, max_graphs, priority),
-                         torch.cuda.Stream(self.device, priority=priority) if on_cuda else None,
-                         list(range(max_batch - 1, -1, -1)))
-
-        # The normal lane, then (with priority_lane) the priority lane on high-priority streams.
-        self._lanes = [lane(0)] + ([lane(-1)] if priority_lane else [])
+        self._lanes = Lanes(model, self.device, self.dtype, max_batch, stream_scheduler, cuda_graphs, max_graphs,
+                            priority_lane)
         self.priority_lane = bool(priority_lane)
         self.normal_lane_pause = float(normal_lane_pause)
-        self._paused_since: float | None = None  # when the normal lane's current pause began
-        self._paused_s = 0.0
         self._active: list[_Running] = []
-        self._queue: AdmissionQueue[_Running] = AdmissionQueue()
+        self._waiting: dict[int, _Running] = {}  # by arrival number
+        self._queue: list[Candidate] = []  # the waiting requests' candidates, in service order
+        self._arrivals = itertools.count()
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._inbox: list[_Running] = []
         self._closing = self._cancelling = False
         self._counts = dict(submitted=0, completed=0, failed=0, cancelled=0, expired=0, parked=0, iterations=0,
                             sample_steps=0)
-        self._record = record_iterations
-        self._timings: list[dict[str, Any]] = []
+        self._timer = IterationTimer(record_iterations, self.device)
         self.max_in_flight = max_in_flight
         self._finisher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="octopus-sampler-finish")
         self._thread = threading.Thread(target=self._loop, name="octopus-sampler", daemon=True)
@@ -285,8 +256,8 @@ class ContinuousSampler:
         waited for the priority lane (``normal_lane_pause``; pauses that ended)."""
         with self._lock:
             out: dict[str, Any] = dict(self._counts)
-            out["waiting"] = len(self._inbox) + len(self._queue)
-            out["normal_lane_paused_s"] = self._paused_s
+            out["waiting"] = len(self._inbox) + len(self._waiting)
+            out["normal_lane_paused_s"] = self._lanes.paused_s
         out["running"] = len(self._active)
         out["graphs_captured"] = sum(lane.runner.graphs.captures for lane in self._lanes
                                      if lane.runner.graphs is not None)
@@ -302,10 +273,10 @@ class ContinuousSampler:
         the priority lane's graphs are captured too, for ``priority_batch_sizes`` (default:
         ``batch_sizes``). Call it while no request is waiting or running. Returns the number
         of graphs captured."""
-        if self._lanes[0].runner.graphs is None:
+        if self._lanes.normal.runner.graphs is None:
             raise RuntimeError("prepare_graphs needs a sampler made with cuda_graphs=True")
         with self._lock:
-            busy = bool(self._inbox or len(self._queue) or self._active)
+            busy = bool(self._inbox or self._waiting or self._active)
         if busy:
             raise RuntimeError("prepare_graphs must be called while the sampler is idle")
         kwargs = self._on_device(conditioning)
@@ -333,23 +304,7 @@ class ContinuousSampler:
         (from the first model call's issue to the step's end) and ``step`` (the fused step),
         device times from CUDA events on a GPU (host times on the CPU), and ``step_host``
         (host time to prepare and issue the step)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        with self._lock:
-            recorded, self._timings = self._timings, []
-        out, unfinished = [], []
-        for t in recorded:
-            if "events" in t and not t["events"][-1].query():  # an iteration still on the device
-                unfinished.append(t)
-                continue
-            t = dict(t)
-            if "events" in t:
-                start, before_step, end = t.pop("events")
-                t["iteration"], t["step"] = start.elapsed_time(end), before_step.elapsed_time(end)
-            out.append(t)
-        with self._lock:
-            self._timings[:0] = unfinished
-        return out
+        return self._timer.collect()
 
     # -- the sampling thread -------------------------------------------------------------
 
@@ -361,16 +316,16 @@ class ContinuousSampler:
         with context:
             while True:
                 with self._lock:
-                    while not (self._inbox or self._active or len(self._queue) or self._closing):
+                    while not (self._inbox or self._active or self._waiting or self._closing):
                         self._wakeup.wait()
                     incoming, self._inbox = self._inbox, []
                     closing, cancelling = self._closing, self._cancelling
                 for running in incoming:
-                    running.arrival = self._queue.push(running, running.priority, running.deadline)
+                    self._enqueue(running, next(self._arrivals))
                 if cancelling:
                     self._cancel_everything()
                     return
-                if closing and not (self._active or len(self._queue)):
+                if closing and not (self._active or self._waiting):
                     return
                 try:
                     self._iterate()
@@ -378,24 +333,20 @@ class ContinuousSampler:
                     self._abandon_active(error)
 
     def _iterate(self) -> None:
-        """Admits what fits, then issues an iteration of every lane that has samples and room
-        on the GPU (the priority lane first); waits for the GPU where none has room."""
-        for late in self._queue.expire(time.monotonic(), lambda r: r.started is None):
-            waited = time.monotonic() - late.submitted
-            self._fail(late, DeadlineMissed(f"the request's deadline passed after {waited:.3f} s in the queue"),
-                       "expired")
-        self._admit()
-        busy = [lane for lane in reversed(self._lanes) if any(m.lane is lane for m in self._active)]
-        if self._normal_lane_waits(len(busy) > 1):  # both lanes have samples
-            busy.remove(self._lanes[0])
+        """Carries out the admission plan, then issues an iteration of every lane that has
+        samples, its turn this round and room on the GPU (the priority lane first); waits for
+        the GPU where none has room."""
+        self._admit(time.monotonic())
+        lanes = self._lanes.this_round({cast(Lane, m.lane) for m in self._active}, self.normal_lane_pause,
+                                       time.monotonic())
         issued = False
-        for lane in busy:
+        for lane in lanes:
             if lane.ready(self.max_in_flight):
                 with lane.on_stream():
                     self._iterate_lane(lane)
                 issued = True
-        if busy and not issued:  # every busy lane has max_in_flight iterations on the GPU
-            self._wait_for_gpu(busy[0].in_flight[0])  # the priority lane's first
+        if lanes and not issued:  # every lane of the round has max_in_flight iterations on the GPU
+            self._wait_for_gpu(lanes[0].in_flight[0])  # the priority lane's first
 
     def _wait_for_gpu(self, event: torch.cuda.Event) -> None:
         """Until the iteration behind ``event`` finishes on the GPU, or a request arrives (it
@@ -406,29 +357,7 @@ class ContinuousSampler:
                     return
                 self._wakeup.wait(GPU_POLL_S)  # submit() notifies at once
 
-    def _normal_lane_waits(self, both_busy: bool) -> bool:
-        """Whether the normal lane skips this round for the priority lane: while both lanes
-        have samples, for up to ``normal_lane_pause`` s at a time (then it issues one iteration
-        and the next pause begins)."""
-        now = time.monotonic()
-        if not both_busy or self.normal_lane_pause <= 0:
-            if self._paused_since is not None:
-                self._add_pause(now)
-                self._paused_since = None
-            return False
-        if self._paused_since is None:
-            self._paused_since = now
-        if now - self._paused_since < self.normal_lane_pause:
-            return True
-        self._add_pause(now)
-        self._paused_since = now
-        return False
-
-    def _add_pause(self, now: float) -> None:
-        with self._lock:
-            self._paused_s += now - cast(float, self._paused_since)
-
-    def _iterate_lane(self, lane: _Lane) -> None:
+    def _iterate_lane(self, lane: Lane) -> None:
         if lane.changed:
             lane.arena.rebuild([m for m in self._active if m.lane is lane])
             lane.plans = lane.runner.plans(lane.arena, lambda m: (m.priority, m.cond, m.neg,
@@ -437,7 +366,7 @@ class ContinuousSampler:
                                          self.device)
             lane.changed = False
         members = self._members(lane)
-        timing = self._begin_timing(lane, len(members))
+        timing = self._timer.begin(lane.name, len(members), len(lane.arena.groups))
         timesteps = to_device(np.array([m.row.timesteps[m.step] for m in members]), self.device)
         divisors = None
         if any(m.divisors is not None for m in members):
@@ -446,13 +375,13 @@ class ContinuousSampler:
         for member, error in lane.runner.run(lane.arena, lane.plans, timesteps.float(), divisors):
             self._fail(member, error, "failed")
         step_host = time.perf_counter()
-        self._mark(timing)
+        self._timer.before_step(timing)
         noise = self._step_noise(lane, members)
         prev, _ = fused_step(lane.arena.model_output, lane.arena.latents, lane.arena.offsets, timesteps,
                              cast(RowTables, lane.tables),  # built when the lane's first request joined
                              sample_rows=lane.sample_rows, noise=noise, state=lane.arena.state)
         lane.arena.latents = prev
-        self._end_timing(lane, timing, step_host)
+        self._timer.end(timing, step_host)
         if lane.stream is not None:
             done = torch.cuda.Event()
             done.record(lane.stream)
@@ -467,65 +396,64 @@ class ContinuousSampler:
                 self._finish(m)
 
     @staticmethod
-    def _members(lane: _Lane) -> list[_Running]:
+    def _members(lane: Lane) -> list[_Running]:
         """The lane's members, in their order in its arena."""
         return cast("list[_Running]", lane.arena.members)
 
     # -- admission ----------------------------------------------------------------------
 
-    def _capacity(self) -> int:
-        head = self._queue.peek()
-        urgent = any(m.priority >= HIGH_PRIORITY for m in self._active) or (
-            head is not None and head.priority >= HIGH_PRIORITY)
-        if urgent and self.high_priority_batch is not None:
-            return min(self.max_batch, self.high_priority_batch)
-        return self.max_batch
+    def _enqueue(self, m: _Running, arrival: int) -> None:
+        """Makes it wait for a place, ``arrival`` its number in arrival order (a parked request
+        keeps its own, and so its place)."""
+        m.candidate = Candidate(arrival, m.priority, m.deadline, m.bytes, started=m.started is not None)
+        self._waiting[arrival] = m
+        bisect.insort(self._queue, m.candidate, key=service_order)
 
-    def _fits(self, running: _Running) -> bool:
-        if len(self._active) >= self._capacity():
+    def _admit(self, now: float) -> None:
+        """Carries out the admission plan: fails the requests whose deadline passed while they
+        waited, parks, and admits."""
+        budget = Budget(self.max_batch, self.high_priority_batch, self.memory_budget, self.preempt)
+        while True:
+            plan = plan_admission([m.candidate for m in self._active], self._queue, budget, now)
+            for arrival in plan.expired:
+                late = self._waiting.pop(arrival)
+                self._fail(late, DeadlineMissed(f"the request's deadline passed after {now - late.submitted:.3f} s "
+                                                "in the queue"), "expired")
+            active = {m.candidate.arrival: m for m in self._active}
+            for arrival in plan.parked:
+                self._park(active[arrival])
+            joined = [self._join_from_queue(self._waiting.pop(arrival)) for arrival in plan.admitted]
+            if plan.expired or plan.parked or plan.admitted:  # parked ones were queued again by _park
+                self._queue = [c for c in self._queue if c.arrival in self._waiting]
+            if all(joined):
+                return
+            # A request that did not join (cancelled, or failing to) left its place to the next:
+            # plan again for the rest, without parking (admission parks only before it admits).
+            budget = dataclasses.replace(budget, preempt=False)
+
+    def _join_from_queue(self, m: _Running) -> bool:
+        """Whether it joined: not where its caller cancelled it while it waited, or it failed
+        to join (its future failed)."""
+        if m.started is None and not m.future.set_running_or_notify_cancel():
+            self._counts["cancelled"] += 1  # cancelled by its caller while it waited
             return False
-        used = sum(m.bytes for m in self._active)
-        return self.memory_budget is None or used + running.bytes <= self.memory_budget
-
-    def _admit(self) -> None:
-        if self.preempt:
-            self._park_for_priority()
-        while len(self._queue):
-            head = cast(_Running, self._queue.peek())  # the queue is not empty
-            if not self._fits(head):
-                return
-            self._queue.pop()
-            if head.started is None and not head.future.set_running_or_notify_cancel():
-                self._counts["cancelled"] += 1  # cancelled by its caller while it waited
-                continue
-            try:
-                joined = self._join(head)
-            except Exception as error:  # noqa: BLE001 (whatever went wrong is this request's)
-                self._fail(head, error, "failed")
-                continue
-            if joined:
-                self._active.append(head)
-
-    def _park_for_priority(self) -> None:
-        """Parks the lowest-priority running samples while a higher-priority request waits
-        without a place, or while the batch is above its high-priority cap."""
-        while self._active:
-            victim = min(self._active, key=lambda m: (m.priority, -cast(int, m.arrival)))  # queued once: has one
-            head = self._queue.peek()
-            over_cap = len(self._active) > self._capacity() and victim.priority < HIGH_PRIORITY
-            blocked = head is not None and head.priority > victim.priority and not self._fits(head)
-            if not (over_cap or blocked):
-                return
-            self._park(victim)
+        try:
+            joined = self._join(m)
+        except Exception as error:  # noqa: BLE001 (whatever went wrong is this request's)
+            self._fail(m, error, "failed")
+            return False
+        if joined:
+            self._active.append(m)
+        return joined
 
     def _park(self, m: _Running) -> None:
-        lane = cast(_Lane, m.lane)  # an active sample has one
+        lane = cast(Lane, m.lane)  # an active sample has one
         if m.position is not None:
             with lane.on_stream():
                 m.pending_latents, m.pending_state = lane.arena.latents_of(m), lane.arena.state_of(m)
         m.position = None
         self._leave(m)
-        self._queue.push(m, m.priority, m.deadline, arrival=m.arrival)
+        self._enqueue(m, m.candidate.arrival)
         self._counts["parked"] += 1
 
     def _join(self, m: _Running) -> bool:
@@ -540,14 +468,9 @@ class ContinuousSampler:
                 return False
             m.key = (m.shape, tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(m.cond.items())))
             m.started = time.monotonic()
-        lane = self._lanes[-1] if self.priority_lane and m.priority >= HIGH_PRIORITY else self._lanes[0]
+        lane = self._lanes.lane_for(m.priority)
         m.lane, m.slot = lane, lane.free_slots.pop()
-        with lane.on_stream():  # the lane's step reads its tables on its stream
-            if lane.tables is None:
-                lane.tables = RowTables.build([m.row] * self.max_batch, self.device)
-            lane.tables = lane.tables.widened(m.row.num_steps, len(m.row.table))
-            lane.tables.write(m.slot, m.row)
-        lane.changed = True
+        lane.write_row(m.slot, m.row)
         return True
 
     def _on_device(self, tensors: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
@@ -556,13 +479,13 @@ class ContinuousSampler:
 
     def _release_slot(self, m: _Running) -> None:
         if m.slot is not None:
-            cast(_Lane, m.lane).free_slots.append(m.slot)
+            cast(Lane, m.lane).free_slots.append(m.slot)
         m.slot, m.lane = None, None
 
     # -- results ------------------------------------------------------------------------
 
     def _finish(self, m: _Running) -> None:
-        lane = cast(_Lane, m.lane)  # called on the lane's stream
+        lane = cast(Lane, m.lane)  # called on the lane's stream
         latents = lane.arena.latents_of(m)
         done = None
         if lane.stream is not None:
@@ -596,18 +519,18 @@ class ContinuousSampler:
 
     def _leave(self, m: _Running) -> None:
         self._active.remove(m)
-        cast(_Lane, m.lane).changed = True
+        cast(Lane, m.lane).changed = True
         self._release_slot(m)
 
     def _abandon_active(self, error: BaseException) -> None:
         for m in list(self._active):
             self._fail(m, error, "failed")
         for lane in self._lanes:
-            lane.arena = LatentArena(self.device, self.dtype)
-            lane.changed = True
+            lane.clear()
 
     def _cancel_everything(self) -> None:
-        for m in self._queue.drain() + list(self._active):
+        waiting, self._waiting, self._queue = list(self._waiting.values()), {}, []
+        for m in waiting + list(self._active):
             if m in self._active:
                 self._leave(m)
             if not m.future.cancel():  # already running: cancel() refuses, so say it
@@ -638,7 +561,7 @@ class ContinuousSampler:
         element = torch.empty((), dtype=self.dtype).element_size()
         return int(numel * (element * buffers + self.model_bytes_per_element * guided))
 
-    def _step_noise(self, lane: _Lane, members: Sequence[_Running]) -> torch.Tensor | None:
+    def _step_noise(self, lane: Lane, members: Sequence[_Running]) -> torch.Tensor | None:
         """DDIM's step noise where a sample has eta > 0 (drawn from its generator, as
         diffusers draws it); None where none has."""
         if not any(m.generator is not None and not m.failed for m in members):
@@ -649,40 +572,3 @@ class ContinuousSampler:
             if m.generator is not None and not m.failed:
                 noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=self.dtype).reshape(-1)
         return to_device(noise, self.device)
-
-    def _begin_timing(self, lane: _Lane, samples: int) -> dict[str, Any] | None:
-        """(Called on the lane's stream, as _mark and _end_timing are.)"""
-        if not self._record:
-            return None
-        timing: dict[str, Any] = dict(samples=samples, groups=len(lane.arena.groups), host_start=time.perf_counter(),
-                                      lane="priority" if lane is not self._lanes[0] else "normal")
-        if lane.stream is not None:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            timing["events"] = [start]
-        return timing
-
-    @staticmethod
-    def _mark(timing: dict[str, Any] | None) -> None:
-        if timing is not None and "events" in timing:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            timing["events"].append(event)
-        elif timing is not None:
-            timing["host_before_step"] = time.perf_counter()
-
-    def _end_timing(self, lane: _Lane, timing: dict[str, Any] | None, step_host: float) -> None:
-        if timing is None:
-            return
-        now = time.perf_counter()
-        timing["step_host"] = (now - step_host) * 1e3
-        if "events" in timing:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            timing["events"].append(event)
-        else:
-            timing["iteration"] = (now - timing.pop("host_start")) * 1e3
-            timing["step"] = (now - timing.pop("host_before_step")) * 1e3
-        timing.pop("host_start", None)
-        with self._lock:
-            self._timings.append(timing)

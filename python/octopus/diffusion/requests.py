@@ -1,4 +1,4 @@
-"""What a caller asks the continuous sampler for, what it gets back, and the admission queue.
+"""What a caller asks the continuous sampler for, and what it gets back.
 
 A :class:`SamplingRequest` is checked and resolved on the caller's thread when it is
 submitted (its scheduler becomes a :class:`~octopus.diffusion.rows.SamplerRow`, its
@@ -9,20 +9,16 @@ ever sees requests it can run.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import math
 import operator
 import time
-from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from ..scheduling.arguments import parse_priority
 from . import schedulers
 from .rows import SamplerRow
-
-_Entry = TypeVar("_Entry")
 
 _SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, schedulers.EulerDiscreteScheduler,
                                             schedulers.FlowMatchEulerDiscreteScheduler,
@@ -193,41 +189,3 @@ def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float
     elif request.negative_conditioning is not None:
         raise ValueError("negative_conditioning without guidance_scale would be unused")
     return shape, priority, deadline
-
-
-class AdmissionQueue(Generic[_Entry]):
-    """Waiting requests, served by priority, then earliest deadline, then arrival."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, float, int, _Entry]] = []
-        self._arrivals = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def push(self, entry: _Entry, priority: int, deadline: float | None, arrival: int | None = None) -> int:
-        """Queues ``entry``; returns its arrival number (pass it back to keep its place)."""
-        arrival = next(self._arrivals) if arrival is None else arrival
-        heapq.heappush(self._heap, (-priority, math.inf if deadline is None else deadline, arrival, entry))
-        return arrival
-
-    def peek(self) -> _Entry | None:
-        return self._heap[0][3] if self._heap else None
-
-    def pop(self) -> _Entry:
-        return heapq.heappop(self._heap)[3]
-
-    def drain(self) -> list[_Entry]:
-        """Every entry, emptying the queue."""
-        entries = [item[3] for item in self._heap]
-        self._heap.clear()
-        return entries
-
-    def expire(self, now: float, can_expire: Callable[[_Entry], bool] = lambda entry: True) -> list[_Entry]:
-        """Removes and returns the entries whose deadline has passed (of those ``can_expire``
-        accepts)."""
-        late = [item for item in self._heap if item[1] < now and can_expire(item[3])]
-        if late:
-            self._heap = [item for item in self._heap if not any(item is x for x in late)]
-            heapq.heapify(self._heap)
-        return [item[3] for item in late]
