@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Union, cast, overload
+import functools
+from typing import NamedTuple, Optional, Sequence, Tuple, Union, overload
 
 import torch
 
+from . import pointwise, tuning  # noqa: F401  (pointwise: octopus::normalize's second pass, its autograd)
 from ._registrations import register_fake
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
-from .pointwise import run_pointwise
 from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
 
@@ -48,17 +49,9 @@ def item_stats(batch: RaggedLike, channels: int = 0, *, correction: int = 1,
     is an :class:`ItemStats` of tensors whatever the form.
     """
     batch = as_ragged(batch, "batch").batch
-    if not isinstance(channels, int) or channels < 0:
-        raise ValueError(f"channels must be 0 (per item) or a positive number of channels, got {channels!r}")
     if correction < 0:
         raise ValueError(f"correction must be non-negative, got {correction}")
-    if channels > 1:  # every item must split into `channels` equal planes (checked on the host copy)
-        lengths = batch.host_layout()[0].diff()
-        bad = (lengths % channels).nonzero()
-        if bad.numel():
-            i = int(bad[0, 0])
-            raise ValueError(f"channels={channels}: item {i} has {int(lengths[i])} elements, which do not split into "
-                             f"{channels} equal planes ({bad.shape[0]} items do not)")
+    _check_planes(batch, channels)
     block = resolve_block_elems(block_elems or STATS_BLOCK_ELEMS)
     plan = batch.plan(block) if batch.device.type == "cuda" else None
     raw = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, block, plan, False)
@@ -94,9 +87,9 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
       as ``torch.nn.functional.instance_norm`` computes it, ``(x - mean) / sqrt(var + eps)``
       with the population variance (``correction=0``; :func:`item_stats` defaults to
       ``correction=1`` as ``torch.var`` does: pass ``correction`` to either to change it).
-      :func:`item_stats` computes them, then the result is ``(x - mean) * (1 / sqrt(var +
-      eps))`` — two passes over the data; an item or channel of constant values comes out
-      exactly 0, an empty one stays empty.
+      :func:`item_stats`' kernel computes them, then the result is ``(x - mean) * (1 /
+      sqrt(var + eps))`` — two passes over the data; an item or channel of constant values
+      comes out exactly 0, an empty one stays empty.
     * **Fixed constants** (``mean`` and ``std``, one value per channel, e.g. ImageNet's):
       ``(x - mean) / std`` as ``torchvision.transforms.Normalize`` computes it (``eps`` is not
       used), for every item; only the second pass runs.
@@ -111,29 +104,51 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
         raise ValueError("give both mean and std (fixed constants) or neither (each item's own statistics)")
     given = as_ragged(batch, "batch")
     batch = given.batch
-    param_dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
-    m = len(batch)
-    if mean is None:
-        stats = item_stats(batch, channels, correction=correction, block_elems=block_elems)
-        # Empty items have NaN statistics and no elements: any finite parameter does.
-        center = torch.nan_to_num(stats.mean)
-        scale = torch.nan_to_num((stats.var + eps).rsqrt())
-    else:
-        c = max(channels, 1)
-        mean_t = torch.as_tensor(mean, dtype=torch.float64, device=batch.device).reshape(-1)
-        std_t = torch.as_tensor(std, dtype=torch.float64, device=batch.device).reshape(-1)
-        if mean_t.numel() != c or std_t.numel() != c:
-            raise ValueError(f"mean and std must have one value per channel ({c}), got {mean_t.numel()} and "
-                             f"{std_t.numel()}")
-        scale = (1 / std_t).expand(m, c)
-        center = mean_t.expand(m, c)
-        if channels == 0:
-            scale, center = scale[:, 0], center[:, 0]
-    # (x - mean) * scale rather than x * scale + shift: an item of (nearly) constant values has a
-    # scale near 1 / eps, and the shift's rounding would be multiplied by it.
-    out = run_pointwise(batch, "center_scale", center.to(param_dtype).contiguous(), scale.to(param_dtype).contiguous(),
-                     "mean", "std", 1.0, "auto", block_elems)
-    return given.result(cast(RaggedBatch, out))  # a RaggedBatch in, a RaggedBatch out
+    _check_planes(batch, channels)
+    if mean is not None and max(channels, 1) != len(mean):
+        raise ValueError(f"mean and std must have one value per channel ({max(channels, 1)}), got {len(mean)} and "
+                         f"{len(std)}")
+    strategy, block = tuning.resolve("auto", block_elems, batch.device)
+    block = resolve_block_elems(block)
+    stats_block = resolve_block_elems(block_elems or STATS_BLOCK_ELEMS)
+    plan = batch.plan(stats_block) if batch.device.type == "cuda" and mean is None else None
+    # One call: octopus::normalize runs the statistics, the per-item constants and the second
+    # pass on the device (an eager caller hands the GIL over once, not a dozen times).
+    out: torch.Tensor = torch.ops.octopus.normalize(
+        batch.values, batch.offsets, channels, float(eps), int(correction), _constants(mean, batch.device),
+        _constants(std, batch.device), stats_block, plan, strategy, block, batch.metadata(strategy, block))
+    return given.result(batch.with_values(out))
+
+
+def _check_planes(batch: RaggedBatch, channels: int) -> None:
+    """``channels`` is 0 or splits every item of ``batch`` into equal planes (checked once
+    per batch and count, on the host copy of its layout)."""
+    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 0:
+        raise ValueError(f"channels must be 0 (per item) or a positive number of channels, got {channels!r}")
+    if channels <= 1 or ("planes", channels) in batch._metadata:
+        return
+    lengths = batch.host_layout()[0].diff()
+    bad = (lengths % channels).nonzero()
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ValueError(f"channels={channels}: item {i} has {int(lengths[i])} elements, which do not split into "
+                         f"{channels} equal planes ({bad.shape[0]} items do not)")
+    batch._metadata[("planes", channels)] = batch.offsets[:0]  # a marker: the check passed
+
+
+@functools.lru_cache(maxsize=64)
+def _constants_on(values: Tuple[float, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+def _constants(value: Constants, device: torch.device) -> Optional[torch.Tensor]:
+    """Per-channel constants as a float64 tensor on ``device`` (a sequence of numbers is
+    copied there once and kept, so that a loop over batches copies nothing)."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=torch.float64).reshape(-1)
+    return _constants_on(tuple(float(v) for v in value), device)
 
 
 @register_fake("octopus::item_stats")

@@ -121,6 +121,13 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.octopus.item_stats.default, (batch.values, batch.offsets, 0, 0, None, True))
     images = make([(2, 3, 4), (2, 0, 2), (2, 5, 1)], device)
     torch.library.opcheck(torch.ops.octopus.item_stats.default, (images.values, images.offsets, 2, 16, None, True))
+    # normalize: a composite of item_stats and pointwise, one call from Python.
+    torch.library.opcheck(torch.ops.octopus.normalize.default,
+                          (images.values, images.offsets, 2, 1e-5, 0, None, None, 16, None, "block_search", 16, None))
+    constants = torch.tensor([0.5, 0.25], dtype=torch.float64, device=device)
+    torch.library.opcheck(torch.ops.octopus.normalize.default,
+                          (images.values, images.offsets, 2, 1e-5, 0, constants, constants, 16, None, "block_search",
+                           16, None))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
