@@ -34,19 +34,22 @@ constexpr std::size_t kAloneSamplesForTarget = 3;
 
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves) {
   const auto reserve = [&](double fraction) { return nearest_reserve(multiprocessors, reserves, fraction); };
-  // Ordered by what BE work gives up: first slice length (a latency-critical kernel waits
-  // for the BE blocks already running), then SMs kept free (LC kernels find a free SM at
-  // once), then the in-flight bound, then pausing BE while LC work waits, then while it runs.
+  // Ordered by what best-effort work gives up, as measured on an H100/H200 (benchmarks/):
+  // first SMs kept free of it (a latency-critical kernel then finds a free SM at once; BE
+  // work loses about the share of SMs kept), then slices (every slice costs the BE holder
+  // host time, and its Python thread holds the GIL a latency-critical thread may need),
+  // then the in-flight bound, then pausing BE work while LC work waits, then while it runs.
+  const double whole = kWholeSliceS;
   const std::vector<ControlStep> steps = {
-      {8e-3, 2, 0, ThrottleMode::Off},
-      {4e-3, 2, 0, ThrottleMode::Off},
-      {2e-3, 2, reserve(0.06), ThrottleMode::Off},
-      {1e-3, 2, reserve(0.12), ThrottleMode::Off},
-      {1e-3, 2, reserve(0.18), ThrottleMode::Off},
-      {0.5e-3, 1, reserve(0.18), ThrottleMode::Off},
-      {0.5e-3, 1, reserve(0.25), ThrottleMode::Waiting},
+      {whole, 2, 0, ThrottleMode::Off},
+      {whole, 2, reserve(0.06), ThrottleMode::Off},
+      {whole, 2, reserve(0.12), ThrottleMode::Off},
+      {whole, 2, reserve(0.18), ThrottleMode::Off},
+      {whole, 2, reserve(0.25), ThrottleMode::Off},
+      {4e-3, 2, reserve(0.25), ThrottleMode::Off},
+      {2e-3, 1, reserve(0.25), ThrottleMode::Waiting},
+      {1e-3, 1, reserve(0.25), ThrottleMode::Held},
       {0.25e-3, 1, reserve(0.25), ThrottleMode::Held},
-      {0.1e-3, 1, reserve(0.25), ThrottleMode::Held},
   };
   std::vector<ControlStep> ladder;
   for (const ControlStep& s : steps) {

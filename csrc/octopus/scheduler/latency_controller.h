@@ -3,9 +3,9 @@
 // its latency target while BE work keeps as much of the device as the targets allow.
 //
 // The decision is one step on a ladder of BE settings ordered from the most permissive (BE
-// slices of several milliseconds, two in flight, every SM, never paused) to the most
-// protective (short slices, one in flight, SMs kept free of BE work, BE paused while LC work
-// is held or waiting). The controller climbs when LC latency breaks its target and steps
+// work in whole units, two in flight, every SM, never paused) to the most protective (SMs
+// kept free of BE work, short slices, one in flight, BE paused while LC work is held or
+// waiting). The controller climbs when LC latency breaks its target and steps
 // down when it has slack; a step down that had to be undone is retried only after a wait
 // that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
@@ -28,6 +28,10 @@
 #include "octopus/scheduler/sample_window.h"
 
 namespace octopus::scheduler {
+
+// A slice length long enough to be a whole unit of most best-effort work (the slicing
+// helpers cut work longer than it).
+constexpr double kWholeSliceS = 20e-3;
 
 // One step of the ladder: how BE work runs on the device.
 struct ControlStep {

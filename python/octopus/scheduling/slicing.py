@@ -9,10 +9,9 @@ follow the controller and the measurement as they move.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Callable, Iterator, Optional, Tuple
-
-import torch
 
 from ..ragged import RaggedBatch
 from .arguments import whole_number
@@ -66,17 +65,16 @@ def count_slices(total: int, sizer: SliceSizer) -> Iterator[slice]:
 def item_ranges(batch: RaggedBatch, sizer: SliceSizer) -> Iterator[Tuple[int, int, int]]:
     """``(start, stop, elements)`` item ranges of ``batch`` in order, each of at most the
     elements ``sizer`` says (an item larger than that is a range of its own)."""
-    offsets = batch.host_layout()[0]
+    offsets = batch.host_layout()[0].tolist()  # searched in Python: no tensor op per slice
     m = len(batch)
     start = 0
     while start < m:
         limit = sizer.next()
-        begin = int(offsets[start])
+        begin = offsets[start]
         if limit is None:
             stop = m
         else:
             # The last item boundary within `limit` elements of `begin`, at least one item on.
-            stop = int(torch.searchsorted(offsets, torch.tensor(begin + limit), right=True)) - 1
-            stop = min(m, max(stop, start + 1))
-        yield start, stop, int(offsets[stop]) - begin
+            stop = min(m, max(bisect.bisect_right(offsets, begin + limit) - 1, start + 1))
+        yield start, stop, offsets[stop] - begin
         start = stop
