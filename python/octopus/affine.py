@@ -32,7 +32,7 @@ def item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor, 
         raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
     if value.device != like.device:
         raise ValueError(f"{name} must be on the device of values ({like.device}), got {value.device}")
-    return value.to(dtype)
+    return value if value.dtype == dtype else value.to(dtype)  # (no call into torch when it is ready)
 
 
 @overload
