@@ -1,5 +1,5 @@
 // The device layer on the CUDA runtime. Streams are non-blocking (they do not
-// synchronize with the legacy default stream), events carry no timing. Partitions are
+// synchronize with the legacy default stream), events carry timing. Partitions are
 // green contexts (green_context.h).
 #pragma once
 
@@ -29,6 +29,7 @@ class CudaBackend final : public DeviceBackend {
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;
   bool event_done(int device, EventHandle event) override;
+  double elapsed_s(int device, EventHandle start, EventHandle end) override;
   void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int device, StreamHandle stream, EventHandle event) override;
   MemoryInfo memory_info(int device) override;

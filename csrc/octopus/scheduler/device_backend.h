@@ -40,6 +40,8 @@ class DeviceBackend {
   virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;
   // True once all work recorded before the event has finished.
   virtual bool event_done(int device, EventHandle event) = 0;
+  // Device seconds between two completed events (NaN where the backend has no clock).
+  virtual double elapsed_s(int device, EventHandle start, EventHandle end) = 0;
   virtual void synchronize_event(int device, EventHandle event) = 0;
   // Makes future work on `stream` wait for the event (without blocking the host).
   virtual void stream_wait_event(int device, StreamHandle stream, EventHandle event) = 0;

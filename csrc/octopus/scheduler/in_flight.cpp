@@ -1,14 +1,14 @@
 #include "octopus/scheduler/in_flight.h"
 
-#include <algorithm>
 
 namespace octopus::scheduler::detail {
 
 InFlightWindow::InFlightWindow(std::shared_ptr<EventPool> pool, int device, StreamHandle stream)
-    : pool_(std::move(pool)), device_(device), stream_(stream), next_launched_(Clock::now()) {}
+    : pool_(std::move(pool)), device_(device), stream_(stream) {}
 
 InFlightWindow::~InFlightWindow() {
   for (const Mark& m : marks_) pool_->give_back(device_, m.event);
+  if (previous_) pool_->give_back(device_, previous_);
 }
 
 void InFlightWindow::mark() {
@@ -19,8 +19,8 @@ void InFlightWindow::mark() {
     pool_->give_back(device_, event);
     throw;
   }
-  marks_.push_back(Mark{event, next_units_, next_launched_});
-  next_units_ = 0.0;
+  marks_.push_back(Mark{event, next_units_, next_paused_s_});
+  next_units_ = next_paused_s_ = 0.0;
 }
 
 std::vector<double> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
@@ -28,27 +28,23 @@ std::vector<double> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
   DeviceBackend& backend = pool_->backend();
   while (marks_.size() > unfinished) {
     const Mark m = marks_.front();
-    // A slice found finished only now may have finished long ago: its end is not known.
-    const bool exact = !backend.event_done(device_, m.event);
-    if (exact) backend.synchronize_event(device_, m.event);
-    const Clock::time_point done = Clock::now();
+    backend.synchronize_event(device_, m.event);
     marks_.pop_front();
-    pool_->give_back(device_, m.event);
-    // The slice ran from when it was launched or the one before it finished, whichever
-    // came later, to now; only measurable if both ends were seen as they happened.
-    if (exact && previous_exact_ && m.units > 0.0) {
-      const Clock::time_point began = std::max(m.launched, previous_done_);
-      seconds_per_unit.push_back(std::chrono::duration<double>(done - began).count() / m.units);
+    if (previous_ != nullptr) {
+      if (m.units > 0.0) {
+        const double took = backend.elapsed_s(device_, previous_, m.event) - m.paused_s;
+        if (took > 0.0) seconds_per_unit.push_back(took / m.units);  // (NaN: no device clock)
+      }
+      pool_->give_back(device_, previous_);
     }
-    previous_exact_ = exact;
-    previous_done_ = done;
+    previous_ = m.event;
   }
   return seconds_per_unit;
 }
 
-void InFlightWindow::start_slice(double units, Clock::time_point now) {
+void InFlightWindow::start_slice(double units, double paused_s) {
   next_units_ = units;
-  next_launched_ = now;
+  next_paused_s_ = paused_s;
 }
 
 }  // namespace octopus::scheduler::detail

@@ -1,7 +1,10 @@
 // The in-flight bound of one best-effort lease. Each checkpoint records an event after the
 // work queued so far (so it marks the end of the slice launched since the previous
-// checkpoint) and waits until few enough of the marked slices are unfinished; waiting for
-// a slice that had not finished also measures how long it ran on the device.
+// checkpoint) and waits until few enough of the marked slices are unfinished. The device
+// time between two consecutive marks, less the holder's pause between them, is how long a
+// slice took end to end on the device: its kernels, and any wait for the host to launch
+// them or for latency-critical work (slices too short for their host time measure long,
+// and the next are sized larger).
 #pragma once
 
 #include <chrono>
@@ -25,11 +28,12 @@ class InFlightWindow {
   // Records an event on the stream: the end of the slice started by start_slice.
   void mark();
   // Blocks until at most `unfinished` marked slices are still queued or running; returns
-  // seconds per unit of each slice whose device time could be measured on the way. The
-  // caller must not hold the scheduler's lock.
+  // seconds per unit of each slice measured on the way. The caller must not hold the
+  // scheduler's lock.
   std::vector<double> wait_until_at_most(std::size_t unfinished);
-  // The next slice, of `units` of work, is being launched now.
-  void start_slice(double units, Clock::time_point now);
+  // The next slice, of `units` of work, is being launched now, after the holder paused
+  // `paused_s` since the last mark.
+  void start_slice(double units, double paused_s);
   // Later marks go on `stream` (the lease moved there, after its work so far).
   void set_stream(StreamHandle stream) { stream_ = stream; }
   std::size_t size() const { return marks_.size(); }
@@ -37,8 +41,8 @@ class InFlightWindow {
  private:
   struct Mark {
     EventHandle event;
-    double units;                  // the work of the slice this event ends
-    Clock::time_point launched;    // when that slice began to be launched
+    double units;     // the work of the slice this event ends
+    double paused_s;  // the holder's pause before launching it
   };
 
   std::shared_ptr<EventPool> pool_;
@@ -46,11 +50,8 @@ class InFlightWindow {
   StreamHandle stream_;
   std::deque<Mark> marks_;
   double next_units_ = 0.0;
-  Clock::time_point next_launched_;
-  // When the previous retired slice finished, where that was observed as it happened
-  // (by waiting for it) rather than found afterwards.
-  bool previous_exact_ = false;
-  Clock::time_point previous_done_;
+  double next_paused_s_ = 0.0;
+  EventHandle previous_ = nullptr;  // the last retired mark, where each slice is timed from
 };
 
 }  // namespace octopus::scheduler::detail

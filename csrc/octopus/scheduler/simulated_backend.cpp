@@ -1,6 +1,7 @@
 #include "octopus/scheduler/simulated_backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +63,7 @@ void SimulatedBackend::record_event(int device, EventHandle event, StreamHandle)
     pending_[index(device)].emplace_back(event, e.recorded);
   } else {
     e.completed = e.recorded;
+    e.completed_at = std::chrono::steady_clock::now();
   }
 }
 
@@ -69,6 +71,13 @@ bool SimulatedBackend::event_done(int, EventHandle event) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = events_.find(event);
   return it == events_.end() || it->second.completed >= it->second.recorded;
+}
+
+double SimulatedBackend::elapsed_s(int, EventHandle start, EventHandle end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto a = events_.find(start), b = events_.find(end);
+  if (a == events_.end() || b == events_.end()) return std::numeric_limits<double>::quiet_NaN();
+  return std::chrono::duration<double>(b->second.completed_at - a->second.completed_at).count();
 }
 
 void SimulatedBackend::synchronize_event(int, EventHandle event) {
@@ -119,6 +128,7 @@ int SimulatedBackend::complete_events(int device, int count) {
       queue.pop_front();
       EventState& e = events_[event];
       e.completed = std::max(e.completed, generation);
+      e.completed_at = std::chrono::steady_clock::now();
       ++completed;
     }
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,9 @@ class SimulatedBackend final : public DeviceBackend {
   void destroy_event(int, EventHandle) noexcept override {}
   void record_event(int device, EventHandle event, StreamHandle stream) override;
   bool event_done(int device, EventHandle event) override;
+  // The host time between the two events' completions (as complete_events, or recording
+  // where events complete at once, completed them).
+  double elapsed_s(int, EventHandle start, EventHandle end) override;
   void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int, StreamHandle, EventHandle) override {}
   MemoryInfo memory_info(int device) override;
@@ -75,6 +79,7 @@ class SimulatedBackend final : public DeviceBackend {
   struct EventState {
     uint64_t recorded = 0;
     uint64_t completed = 0;
+    std::chrono::steady_clock::time_point completed_at;
   };
   std::unordered_map<EventHandle, EventState> events_;
   std::vector<std::deque<std::pair<EventHandle, uint64_t>>> pending_;

@@ -70,7 +70,7 @@ double Lease::checkpoint(double units) {
     stream = s.best_effort_stream(d, grant_.slot);
   }
   if (stream != grant_.stream) move_to(stream);
-  if (in_flight_) in_flight_->start_slice(units, Clock::now());
+  if (in_flight_) in_flight_->start_slice(units, paused);
   return paused;
 }
 

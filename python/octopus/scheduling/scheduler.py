@@ -136,9 +136,10 @@ class Lease:
 
         Each slice has ``size`` units, or as many as the kind's measured device time per unit
         fits in ``budget`` seconds, or (neither given) in the latency controller's slice
-        length for the device (re-read before every slice; while nothing is measured, 1/64 of
-        the work); all of them where there is no controller. Where the lease's stream is the
-        current one, each slice runs with the lease's current stream as the current one.
+        length for the device (re-read before every slice; while nothing is measured, probes
+        growing from 1/64 of the work); all of them where there is no controller. Where the
+        lease's stream is the current one, each slice runs with the lease's current stream as
+        the current one.
         """
         total = whole_number(total, "total")
         sizer = SliceSizer(size, self._budget(size, budget), self._seconds_per_unit, total)

@@ -16,14 +16,16 @@ from typing import Callable, Iterator, Optional, Tuple
 from ..ragged import RaggedBatch
 from .arguments import whole_number
 
-# With a budget but no measurement yet, the first slices take this fraction of the work.
+# With a budget but no measurement yet, the first slice takes this fraction of the work and
+# each next one twice the one before (where slices are too short to be measured, the work
+# still ends in a few of them).
 _PROBE_FRACTION = 1 / 64
 
 
 class SliceSizer:
     """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds at
-    the measured ``seconds_per_unit()`` (a small probe of the work while none is measured),
-    or everything where neither is given. ``budget`` may be a function, asked before every
+    the measured ``seconds_per_unit()`` (while none is measured, probes growing from 1/64 of
+    the work), or everything where neither is given. ``budget`` may be a function, asked before every
     slice (the latency controller's slice length; None from it: everything left)."""
 
     def __init__(self, size: Optional[int], budget: float | Callable[[], Optional[float]] | None,
@@ -48,7 +50,8 @@ class SliceSizer:
             return None
         rate = self._seconds_per_unit()
         if rate is None:
-            return self._probe
+            probe, self._probe = self._probe, 2 * self._probe
+            return probe
         return max(1, int(budget / rate))
 
 
