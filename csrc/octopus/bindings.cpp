@@ -10,7 +10,9 @@
 #include <memory>
 #include <string>
 
+#include "octopus/core/checks.h"
 #include "octopus/core/kernel_profiles.h"
+#include "octopus/core/plan.h"
 #include "octopus/ops/sampler_step_layout.h"
 #include "octopus/scheduler/overhead.h"
 #include "octopus/scheduler/simulated_backend.h"
@@ -323,6 +325,17 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
 #endif
+  // The one list of strategies and the block size's limits: python/octopus/strategies.py reads them.
+  py::list strategies;
+  for (const octopus::StrategyInfo& s : octopus::kStrategies) {
+    strategies.append(py::make_tuple(s.name, s.metadata[0] ? py::object(py::str(s.metadata)) : py::none()));
+  }
+  m.attr("strategies") = strategies;
+  py::dict block_elems;
+  block_elems["default"] = octopus::kDefaultBlockElems;
+  block_elems["max"] = octopus::kMaxBlockElems;
+  block_elems["multiple"] = octopus::kBlockElemsMultiple;
+  m.attr("block_elems") = block_elems;
   // The one definition of sampler_step's codes: python/octopus/diffusion/rows.py reads it.
   py::dict layout;
   layout["kinds"] = names(octopus::kSamplerKindNames);

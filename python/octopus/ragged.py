@@ -1,4 +1,5 @@
-"""``RaggedBatch``: M items of different shapes packed back to back (DESIGN.md section 1)."""
+"""``RaggedBatch``: M items of different shapes packed back to back (docs/architecture.rst,
+"The packed layout")."""
 
 from __future__ import annotations
 

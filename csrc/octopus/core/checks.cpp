@@ -9,29 +9,24 @@
 namespace octopus {
 
 Strategy parse_strategy(c10::string_view name) {
-  if (name == "plan") return Strategy::Plan;
-  if (name == "plan_host") return Strategy::PlanHost;
-  if (name == "block_search") return Strategy::BlockSearch;
-  if (name == "search") return Strategy::Search;
-  if (name == "lookup") return Strategy::Lookup;
-  TORCH_CHECK_VALUE(false, "strategy must be one of 'plan', 'plan_host', 'block_search', 'search', 'lookup'; got '",
-                    std::string(name), "'");
+  std::string names;
+  for (const StrategyInfo& s : kStrategies) {
+    if (name == s.name) return s.strategy;
+    names += (names.empty() ? "'" : ", '") + std::string(s.name) + "'";
+  }
+  TORCH_CHECK_VALUE(false, "strategy must be one of ", names, "; got '", std::string(name), "'");
 }
 
 const char* strategy_name(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::Plan: return "plan";
-    case Strategy::PlanHost: return "plan_host";
-    case Strategy::BlockSearch: return "block_search";
-    case Strategy::Search: return "search";
-    case Strategy::Lookup: return "lookup";
+  for (const StrategyInfo& s : kStrategies) {
+    if (s.strategy == strategy) return s.name;
   }
   return "?";
 }
 
 int64_t resolve_block_elems(int64_t block_elems) {
   if (block_elems == 0) return kDefaultBlockElems;
-  TORCH_CHECK_VALUE(block_elems > 0 && block_elems % 16 == 0 && block_elems <= kMaxBlockElems,
+  TORCH_CHECK_VALUE(block_elems > 0 && block_elems % kBlockElemsMultiple == 0 && block_elems <= kMaxBlockElems,
                     "block_elems must be a positive multiple of 16 and at most 2^30 (or 0 for the default), got ",
                     block_elems);
   return block_elems;

@@ -13,13 +13,29 @@
 
 namespace octopus {
 
-// How a GPU thread finds the item its elements belong to (DESIGN.md section 2).
+// How a GPU thread finds the item its elements belong to (docs/architecture.rst, "Locators").
 enum class Strategy { Lookup, Search, Plan, PlanHost, BlockSearch };
+
+// Every strategy: its name, and the metadata it reads ("plan", "lookup" or "" for none).
+// The one list: parse_strategy, strategy_name and the Python package (octopus.strategies,
+// through _C.strategies) read it.
+struct StrategyInfo {
+  Strategy strategy;
+  const char* name;
+  const char* metadata;
+};
+inline constexpr StrategyInfo kStrategies[] = {
+    {Strategy::Plan, "plan", "plan"},           {Strategy::PlanHost, "plan_host", "plan"},
+    {Strategy::BlockSearch, "block_search", ""}, {Strategy::Search, "search", ""},
+    {Strategy::Lookup, "lookup", "lookup"},
+};
 
 Strategy parse_strategy(c10::string_view name);
 const char* strategy_name(Strategy strategy);
 
-// 0 selects the default; otherwise a positive multiple of 16 up to kMaxBlockElems.
+// Elements per plan block or tile: 0 selects the default; otherwise a positive multiple of
+// kBlockElemsMultiple up to kMaxBlockElems (plan.h).
+constexpr int64_t kBlockElemsMultiple = 16;
 int64_t resolve_block_elems(int64_t block_elems);
 
 // Shapes in error messages, one form everywhere: Python's tuple on one line, "(3, 480, 640)"

@@ -1,4 +1,5 @@
-// Validation of the packed ragged layout (DESIGN.md section 1), on host memory.
+// Validation of the packed ragged layout (docs/architecture.rst, "The packed layout"), on host
+// memory.
 // Torch-free so that the GoogleTest suite can exercise it directly.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Schemas and CPU / composite implementations of the layout ops: plans, lookup tables,
-// and layout validation.
+// CPU / composite implementations of the layout ops: plans, lookup tables,
+// and layout validation (their schemas are in ops/schemas.cpp).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -69,11 +69,6 @@ void validate_layout_op(const at::Tensor& offsets, const c10::optional<at::Tenso
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("plan(Tensor offsets, int num_values, int block_elems) -> Tensor");
-  m.def("lookup_table(Tensor offsets, int num_values) -> Tensor");
-  m.def("validate_layout(Tensor offsets, Tensor? sizes, int num_values) -> ()");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) {
   m.impl("plan", &plan_cpu_op);

@@ -1,4 +1,5 @@
-// octopus::crop_resize and its backward — schemas, argument handling, CPU kernels.
+// octopus::crop_resize and its backward — argument handling and the CPU kernels (the schemas
+// are in schemas.cpp).
 #include "octopus/ops/crop_resize.h"
 
 #include <ATen/ATen.h>
@@ -187,12 +188,6 @@ at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& va
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("crop_resize(Tensor values, Tensor offsets, Tensor sizes, Tensor boxes, int channels, int out_h, int out_w, "
-        "float scale=1., Tensor? mean=None, Tensor? std=None, bool validate=True) -> Tensor");
-  m.def("crop_resize_backward(Tensor grad, Tensor values, Tensor offsets, Tensor sizes, Tensor boxes, "
-        "float scale=1., Tensor? std=None) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) {
   m.impl("crop_resize", &crop_resize_cpu);

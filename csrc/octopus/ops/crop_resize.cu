@@ -2,12 +2,11 @@
 // row) adds into the source with atomics (crops may overlap).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "octopus/core/checks.h"
-#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/crop_resize.h"
@@ -139,15 +138,13 @@ int64_t grid_for(int64_t rows) {
                                                 (rows + warps - 1) / warps));
 }
 
-bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
-
 at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                             const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w, double scale,
                             const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
                             bool validate) {
   const c10::cuda::CUDAGuard guard(values.device());
   CropResizeArgs a = prepare_crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w, scale, mean, std,
-                                         validate && may_sync());
+                                         cuda_may_read_host(validate));
   a.out = crop_resize_output(a);
   if (a.out.numel() == 0) return a.out;
   TORCH_CHECK_VALUE(out_h < (int64_t{1} << 31) && out_w < (int64_t{1} << 31), "the output size ", out_h, " x ", out_w,

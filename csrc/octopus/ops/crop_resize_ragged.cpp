@@ -1,11 +1,11 @@
-// octopus::crop_resize_ragged and its backward — schemas, argument handling, CPU kernels.
+// octopus::crop_resize_ragged and its backward — argument handling and the CPU entry points
+// (the forward's body is crop_resize_ragged.h's; the schemas are in schemas.cpp).
 #include "octopus/ops/crop_resize_ragged.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include "octopus/core/driver_cpu.h"
-#include "octopus/core/metadata.h"
+#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -51,23 +51,6 @@ CropResizeRaggedArgs prepare_crop_resize_ragged(const at::Tensor& values, const 
 
 namespace {
 
-at::Tensor crop_resize_ragged_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
-                                  const at::Tensor& boxes, int64_t channels, const at::Tensor& out_offsets,
-                                  const at::Tensor& out_sizes, int64_t num_out_values, double scale, const c10::optional<at::Tensor>& mean,
-                                  const c10::optional<at::Tensor>& std, c10::string_view strategy,
-                                  int64_t block_elems, const c10::optional<at::Tensor>& metadata, bool validate) {
-  (void)validate;  // the CPU always checks
-  const CropResizeRaggedArgs a = prepare_crop_resize_ragged(values, offsets, sizes, boxes, channels, out_offsets, out_sizes,
-                                                            num_out_values, scale, mean, std, strategy, block_elems,
-                                                            true, false);
-  const at::Tensor meta =
-      metadata_for(a.strategy, metadata, a.out_offsets, num_out_values, a.block_elems, build_plan_cpu);
-  with_crop_resize_ragged_op<false>(a, at::Tensor(), [&](const auto& op) {
-    run_ragged_cpu(op, a.strategy, a.out_offsets, num_out_values, a.block_elems, meta);
-  });
-  return a.out;
-}
-
 // Serial: crops may overlap, and the scatter adds without atomics on the CPU.
 at::Tensor crop_resize_ragged_backward_cpu(const at::Tensor& grad, const at::Tensor& values, const at::Tensor& offsets,
                                            const at::Tensor& sizes, const at::Tensor& boxes, int64_t channels,
@@ -89,16 +72,8 @@ at::Tensor crop_resize_ragged_backward_cpu(const at::Tensor& grad, const at::Ten
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("crop_resize_ragged(Tensor values, Tensor offsets, Tensor sizes, Tensor boxes, int channels, "
-        "Tensor out_offsets, Tensor out_sizes, int num_out_values, float scale=1., Tensor? mean=None, Tensor? std=None, "
-        "str strategy=\"plan\", int block_elems=0, Tensor? metadata=None, bool validate=True) -> Tensor");
-  m.def("crop_resize_ragged_backward(Tensor grad, Tensor values, Tensor offsets, Tensor sizes, Tensor boxes, "
-        "int channels, Tensor out_offsets, Tensor out_sizes, float scale=1., Tensor? std=None) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("crop_resize_ragged", &crop_resize_ragged_cpu);
+  m.impl("crop_resize_ragged", &crop_resize_ragged<CpuBackend>);
   m.impl("crop_resize_ragged_backward", &crop_resize_ragged_backward_cpu);
 }
 

@@ -17,6 +17,7 @@
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/fast_divide.h"
+#include "octopus/core/metadata.h"
 #include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/crop_resize.h"
@@ -217,6 +218,27 @@ void with_crop_resize_ragged_op(const CropResizeRaggedArgs& a, const at::Tensor&
         s.channels, static_cast<acc_t>(s.scale), optional_data<acc_t>(s.mean), optional_data<acc_t>(s.std)};
     f(op);
   });
+}
+
+// octopus::crop_resize_ragged (forward), the body of every backend's entry point: the output
+// batch's elements find their crop with the strategy (the backward differs per backend).
+template <class Backend>
+at::Tensor crop_resize_ragged(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                              const at::Tensor& boxes, int64_t channels, const at::Tensor& out_offsets,
+                              const at::Tensor& out_sizes, int64_t num_out_values, double scale,
+                              const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
+                              c10::string_view strategy, int64_t block_elems,
+                              const c10::optional<at::Tensor>& metadata, bool validate) {
+  const typename Backend::Guard guard(values.device());
+  const CropResizeRaggedArgs a =
+      prepare_crop_resize_ragged(values, offsets, sizes, boxes, channels, out_offsets, out_sizes, num_out_values,
+                                 scale, mean, std, strategy, block_elems, Backend::may_read_host(validate), false);
+  const at::Tensor meta = metadata_for(a.strategy, metadata, a.out_offsets, num_out_values, a.block_elems,
+                                       Backend::build_plan);
+  with_crop_resize_ragged_op<false>(a, at::Tensor(), [&](const auto& op) {
+    Backend::run(op, a.strategy, a.out_offsets, num_out_values, a.block_elems, meta);
+  });
+  return a.out;
 }
 
 }  // namespace octopus

@@ -1,4 +1,4 @@
-// octopus::item_stats — schema, argument handling and the CPU kernel.
+// octopus::item_stats — argument handling and the CPU kernel (the schema is in schemas.cpp).
 #include "octopus/ops/item_stats.h"
 
 #include <ATen/ATen.h>
@@ -81,10 +81,6 @@ at::Tensor item_stats_cpu(const at::Tensor& values, const at::Tensor& offsets, i
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("item_stats(Tensor values, Tensor offsets, int channels=0, int block_elems=0, Tensor? plan=None, "
-        "bool validate=True) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("item_stats", &item_stats_cpu); }
 

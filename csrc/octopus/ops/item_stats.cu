@@ -5,13 +5,12 @@
 // stores them where its piece is the whole plane. A second small kernel turns the sums
 // into (sum, M2, min, max).
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <limits>
 
-#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/metadata.h"
 #include "octopus/core/vec.h"
@@ -155,8 +154,7 @@ __global__ void item_stats_finish(const T* __restrict__ x, const int64_t* __rest
 at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, int64_t block_elems,
                            const c10::optional<at::Tensor>& plan, bool validate) {
   const c10::cuda::CUDAGuard guard(values.device());
-  const bool validate_contents =
-      validate && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+  const bool validate_contents = cuda_may_read_host(validate);
   ItemStatsArgs a = prepare_item_stats(values, offsets, channels, block_elems, validate_contents);
   const int64_t m = a.offsets.numel() - 1;
   if (m == 0) return a.out;

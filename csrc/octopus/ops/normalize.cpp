@@ -3,7 +3,8 @@
 // center and scale computed on the device, then octopus::pointwise's center_scale. A
 // composite of those two ops (their kernels, autograd formulas and fakes serve it), so that
 // an eager caller makes one call from Python instead of a dozen small ones, each of which
-// would hand the GIL over and wait to get it back (benchmarks/JOURNAL.md, 2026-11-26).
+// would hand the GIL over and wait to get it back (benchmarks/JOURNAL.md, 2026-11-26). Its
+// schema is in schemas.cpp.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -80,11 +81,6 @@ at::Tensor normalize(const at::Tensor& values, const at::Tensor& offsets, int64_
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("normalize(Tensor values, Tensor offsets, int channels=0, float eps=1e-5, int correction=0, "
-        "Tensor? mean=None, Tensor? std=None, int stats_block_elems=0, Tensor? plan=None, str strategy=\"plan\", "
-        "int block_elems=0, Tensor? metadata=None) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CompositeImplicitAutograd, m) { m.impl("normalize", &normalize); }
 

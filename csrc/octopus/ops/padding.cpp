@@ -1,4 +1,5 @@
-// octopus::to_padded / octopus::from_padded — schemas, argument handling, CPU kernels.
+// octopus::to_padded / octopus::from_padded — argument handling and the CPU kernels (from_padded's
+// body is padding.h's; the schemas are in schemas.cpp).
 #include "octopus/ops/padding.h"
 
 #include <ATen/ATen.h>
@@ -7,8 +8,7 @@
 
 #include <vector>
 
-#include "octopus/core/driver_cpu.h"
-#include "octopus/core/metadata.h"
+#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -135,33 +135,11 @@ at::Tensor to_padded_cpu(const at::Tensor& values, const at::Tensor& offsets, co
   return a.out;
 }
 
-at::Tensor from_padded_cpu(const at::Tensor& padded, const at::Tensor& offsets, const at::Tensor& sizes,
-                           int64_t num_values, c10::string_view strategy, int64_t block_elems,
-                           const c10::optional<at::Tensor>& metadata, bool validate) {
-  // The layout is always checked on the CPU; `validate` adds that every item fits its slot.
-  PaddingArgs a = prepare_from_padded(padded, offsets, sizes, num_values, strategy, block_elems, true, validate);
-  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, num_values, a.block_elems, build_plan_cpu);
-  dispatch_copy_dtype(a.padded.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const FromPaddedOp<T> op{a.padded.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(),
-                             a.sizes.data_ptr<int64_t>(), num_values, a.slot};
-    run_ragged_cpu(op, a.strategy, a.offsets, num_values, a.block_elems, meta);
-  });
-  return a.out;
-}
-
 }  // namespace
-
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("to_padded(Tensor values, Tensor offsets, Tensor sizes, int[] max_shape, float pad_value=0., "
-        "bool validate=True) -> Tensor");
-  m.def("from_padded(Tensor padded, Tensor offsets, Tensor sizes, int num_values, str strategy=\"plan\", "
-        "int block_elems=0, Tensor? metadata=None, bool validate=True) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) {
   m.impl("to_padded", &to_padded_cpu);
-  m.impl("from_padded", &from_padded_cpu);
+  m.impl("from_padded", &from_padded<CpuBackend>);
 }
 
 }  // namespace octopus

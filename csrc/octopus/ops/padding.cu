@@ -2,13 +2,11 @@
 // functor run by the generic driver; to_padded walks the dense output slot by slot, reading
 // each element's value where it lies inside the item.
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/fast_divide.h"
-#include "octopus/core/metadata.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/padding.h"
 
@@ -18,8 +16,6 @@ namespace {
 // Device code's tuning (core/tuning.h); the host's is launch_tuning().padding.
 constexpr int64_t kSlotChunk = cuda::kTuning.padding.to_padded_chunk;
 constexpr int kPadUnroll = cuda::kTuning.padding.to_padded_unroll;
-
-bool may_sync() { return c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None; }
 
 // One item as to_padded reads it: where its values start, its extents, and how many of its
 // values may be read at all (whatever unvalidated offsets say, never past the values).
@@ -141,7 +137,7 @@ __global__ void __launch_bounds__(cuda::kThreads) to_padded_kernel(const T* __re
 at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                           c10::IntArrayRef max_shape, double pad_value, bool validate) {
   const c10::cuda::CUDAGuard guard(values.device());
-  PaddingArgs a = prepare_to_padded(values, offsets, sizes, max_shape, validate && may_sync());
+  PaddingArgs a = prepare_to_padded(values, offsets, sizes, max_shape, cuda_may_read_host(validate));
   if (a.out.numel() == 0) return a.out;
   TORCH_CHECK_VALUE(a.slot.dims == 1 || a.slot.numel < (int64_t{1} << 31), "to_padded on CUDA takes slots of ",
                     "fewer than 2^31 elements where items have more than one dimension, got max_shape ",
@@ -177,27 +173,11 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
   return a.out;
 }
 
-at::Tensor from_padded_cuda(const at::Tensor& padded, const at::Tensor& offsets, const at::Tensor& sizes,
-                            int64_t num_values, c10::string_view strategy, int64_t block_elems,
-                            const c10::optional<at::Tensor>& metadata, bool validate) {
-  const c10::cuda::CUDAGuard guard(padded.device());
-  const bool check = validate && may_sync();
-  PaddingArgs a = prepare_from_padded(padded, offsets, sizes, num_values, strategy, block_elems, check, check);
-  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, num_values, a.block_elems, build_plan_cuda);
-  dispatch_copy_dtype(a.padded.scalar_type(), [&](auto tag) {
-    using T = decltype(tag);
-    const FromPaddedOp<T> op{a.padded.data_ptr<T>(), a.out.data_ptr<T>(), a.offsets.data_ptr<int64_t>(),
-                             a.sizes.data_ptr<int64_t>(), num_values, a.slot};
-    cuda::run_ragged_cuda(op, a.strategy, a.offsets, num_values, a.block_elems, meta);
-  });
-  return a.out;
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(octopus, CUDA, m) {
   m.impl("to_padded", &to_padded_cuda);
-  m.impl("from_padded", &from_padded_cuda);
+  m.impl("from_padded", &from_padded<CudaBackend>);
 }
 
 }  // namespace octopus

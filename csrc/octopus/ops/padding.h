@@ -6,12 +6,14 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 #include <c10/util/string_view.h>
 
 #include <cstdint>
 
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
+#include "octopus/core/metadata.h"
 #include "octopus/core/plan.h"
 #include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
@@ -211,5 +213,27 @@ PaddingArgs prepare_to_padded(const at::Tensor& values, const at::Tensor& offset
 PaddingArgs prepare_from_padded(const at::Tensor& padded, const at::Tensor& offsets, const at::Tensor& sizes,
                                 int64_t num_values, c10::string_view strategy, int64_t block_elems,
                                 bool validate_contents, bool check_fit);
+
+// octopus::from_padded, the body of every backend's entry point. The layout is checked where
+// the backend may read it on the host (always on the CPU); `validate` adds that every item
+// fits its slot (without, its elements outside the slot read as 0).
+template <class Backend>
+at::Tensor from_padded(const at::Tensor& padded, const at::Tensor& offsets, const at::Tensor& sizes,
+                       int64_t num_values, c10::string_view strategy, int64_t block_elems,
+                       const c10::optional<at::Tensor>& metadata, bool validate) {
+  const typename Backend::Guard guard(padded.device());
+  const bool layout = Backend::may_read_host(validate);
+  PaddingArgs a = prepare_from_padded(padded, offsets, sizes, num_values, strategy, block_elems, layout,
+                                      validate && layout);
+  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, num_values, a.block_elems, Backend::build_plan);
+  dispatch_copy_dtype(a.padded.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const FromPaddedOp<T> op{a.padded.template data_ptr<T>(), a.out.template data_ptr<T>(),
+                             a.offsets.template data_ptr<int64_t>(), a.sizes.template data_ptr<int64_t>(), num_values,
+                             a.slot};
+    Backend::run(op, a.strategy, a.offsets, num_values, a.block_elems, meta);
+  });
+  return a.out;
+}
 
 }  // namespace octopus

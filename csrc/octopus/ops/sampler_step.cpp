@@ -1,4 +1,4 @@
-// octopus::sampler_step — schema, argument checks, and the CPU kernel.
+// octopus::sampler_step — argument checks and the CPU backend (the schema is in schemas.cpp).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -183,13 +183,6 @@ struct CpuSamplerBackend {
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def(
-      "sampler_step(Tensor model_output, Tensor sample, Tensor offsets, Tensor timesteps, Tensor schedules, "
-      "Tensor tables, Tensor row_info, Tensor row_scalars, Tensor? sample_rows=None, Tensor? noise=None, "
-      "Tensor(a!)? state=None, bool return_x0=False, str strategy=\"block_search\", Tensor? metadata=None) "
-      "-> (Tensor, Tensor)");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("sampler_step", &sampler_step<CpuSamplerBackend>); }
 

@@ -1,6 +1,6 @@
 // octopus::sampler_step's arguments and the op itself, written once for both backends:
-// sampler_step.cpp registers sampler_step<CpuSamplerBackend> (and holds the schema and the
-// checks), sampler_step.cu registers sampler_step<CudaSamplerBackend>.
+// sampler_step.cpp registers sampler_step<CpuSamplerBackend> (and holds the checks),
+// sampler_step.cu registers sampler_step<CudaSamplerBackend>.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,5 @@
-// octopus::stencil3x3 and its adjoint — schemas, argument handling, CPU kernels.
+// octopus::stencil3x3 and its adjoint — argument handling, and the CPU entry points (the body
+// is stencil.h's).
 #include "octopus/ops/stencil.h"
 
 #include <ATen/ATen.h>
@@ -6,8 +7,7 @@
 
 #include <string>
 
-#include "octopus/core/driver_cpu.h"
-#include "octopus/core/metadata.h"
+#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -69,34 +69,9 @@ StencilArgs prepare_stencil(const at::Tensor& values, const at::Tensor& offsets,
   return a;
 }
 
-namespace {
-
-template <bool kAdjoint>
-at::Tensor stencil_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
-                       const at::Tensor& weight, c10::string_view border, c10::string_view strategy,
-                       int64_t block_elems, const c10::optional<at::Tensor>& metadata, bool validate) {
-  (void)validate;  // the CPU always checks: O(M) next to the O(N) op
-  const StencilArgs a = prepare_stencil(values, offsets, sizes, weight, border, strategy, block_elems, true, kAdjoint);
-  const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.values.numel(), a.block_elems,
-                                       build_plan_cpu);
-  with_stencil_op<kAdjoint>(a, [&](const auto& op) {
-    run_ragged_cpu(op, a.strategy, a.offsets, a.values.numel(), a.block_elems, meta);
-  });
-  return a.out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("stencil3x3(Tensor values, Tensor offsets, Tensor sizes, Tensor weight, str border=\"replicate\", "
-        "str strategy=\"plan\", int block_elems=0, Tensor? metadata=None, bool validate=True) -> Tensor");
-  m.def("stencil3x3_backward(Tensor grad, Tensor offsets, Tensor sizes, Tensor weight, str border=\"replicate\", "
-        "str strategy=\"plan\", int block_elems=0, Tensor? metadata=None, bool validate=True) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("stencil3x3", &stencil_cpu<false>);
-  m.impl("stencil3x3_backward", &stencil_cpu<true>);
+  m.impl("stencil3x3", &stencil3x3<CpuBackend, false>);
+  m.impl("stencil3x3_backward", &stencil3x3<CpuBackend, true>);
 }
 
 }  // namespace octopus

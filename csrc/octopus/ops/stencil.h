@@ -22,6 +22,7 @@
 #endif
 
 #include "octopus/core/checks.h"
+#include "octopus/core/metadata.h"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/fast_divide.h"
 #include "octopus/core/plan.h"
@@ -408,6 +409,23 @@ void with_stencil_op(const StencilArgs& a, F&& f) {
   } else {
     dispatch_values_dtype(a.values.scalar_type(), make);
   }
+}
+
+// octopus::stencil3x3 (kAdjoint false) and its adjoint, the body of every backend's entry
+// point (stencil.cpp registers the CPU's, stencil.cu the CUDA's).
+template <class Backend, bool kAdjoint>
+at::Tensor stencil3x3(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                      const at::Tensor& weight, c10::string_view border, c10::string_view strategy,
+                      int64_t block_elems, const c10::optional<at::Tensor>& metadata, bool validate) {
+  const typename Backend::Guard guard(values.device());
+  const StencilArgs a = prepare_stencil(values, offsets, sizes, weight, border, strategy, block_elems,
+                                        Backend::may_read_host(validate), kAdjoint);
+  const at::Tensor meta =
+      metadata_for(a.strategy, metadata, a.offsets, a.values.numel(), a.block_elems, Backend::build_plan);
+  with_stencil_op<kAdjoint>(a, [&](const auto& op) {
+    Backend::run(op, a.strategy, a.offsets, a.values.numel(), a.block_elems, meta);
+  });
+  return a.out;
 }
 
 }  // namespace octopus

@@ -1,4 +1,4 @@
-// octopus::tile_stats — schema, argument handling, CPU kernel.
+// octopus::tile_stats — argument handling and the CPU kernel (the schema is in schemas.cpp).
 #include "octopus/ops/tile_stats.h"
 
 #include <ATen/ATen.h>
@@ -92,10 +92,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cpu(const at::Tensor& 
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(octopus, m) {
-  m.def("tile_stats(Tensor image, Tensor tiles, float threshold, float min_mean, float max_mean, "
-        "float min_fraction, float max_fraction, bool validate=True) -> (Tensor, Tensor, Tensor)");
-}
 
 TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("tile_stats", &tile_stats_cpu); }
 

@@ -3,11 +3,10 @@
 // accumulators; the last block of a tile to finish turns them into the mean, the fraction
 // and the keep flag.
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include "octopus/core/driver_cuda.cuh"
+#include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/tile_stats.h"
@@ -114,8 +113,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cuda(const at::Tensor&
                                                                 double min_fraction, double max_fraction,
                                                                 bool validate) {
   const c10::cuda::CUDAGuard guard(image.device());
-  const bool validate_contents =
-      validate && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+  const bool validate_contents = cuda_may_read_host(validate);
   TileStatsArgs a =
       prepare_tile_stats(image, tiles, min_mean, max_mean, min_fraction, max_fraction, validate_contents);
   const int64_t num_tiles = a.tiles.size(0);

@@ -1,4 +1,5 @@
-"""Ragged batches across GPUs and hosts, on ``torch.distributed`` (DESIGN.md section 6).
+"""Ragged batches across GPUs and hosts, on ``torch.distributed`` (docs/architecture.rst,
+"Across GPUs").
 
 - :func:`shard` / :func:`shard_bounds`: a batch every rank holds, split into contiguous item
   ranges balanced by elements (the largest holds at most the mean plus one item).
