@@ -65,11 +65,10 @@ StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) 
   return it->second->create_stream();
 }
 
-EventHandle CudaBackend::create_event(int device) {
+EventHandle CudaBackend::create_event(int device, bool timed) {
   DeviceGuard guard(device);
   cudaEvent_t event = nullptr;
-  // With timing: a best-effort holder's checkpoints measure its slices' device time from them.
-  check(cudaEventCreateWithFlags(&event, cudaEventDefault), "cudaEventCreateWithFlags");
+  check(cudaEventCreateWithFlags(&event, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreateWithFlags");
   return event;
 }
 

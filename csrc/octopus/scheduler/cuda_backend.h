@@ -1,5 +1,5 @@
 // The device layer on the CUDA runtime. Streams are non-blocking (they do not
-// synchronize with the legacy default stream), events carry timing. Partitions are
+// synchronize with the legacy default stream); events carry timing where asked. Partitions are
 // green contexts (green_context.h).
 #pragma once
 
@@ -25,7 +25,7 @@ class CudaBackend final : public DeviceBackend {
   StreamHandle create_stream(int device, bool high_priority) override;
   int create_partition(int device, int reserved_sms) override;
   StreamHandle create_partition_stream(int device, int reserved_sms) override;
-  EventHandle create_event(int device) override;
+  EventHandle create_event(int device, bool timed) override;
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;
   bool event_done(int device, EventHandle event) override;

@@ -35,7 +35,8 @@ class DeviceBackend {
   // A lowest-priority stream on the partition that create_partition made for
   // `reserved_sms`, kept for the life of the process.
   virtual StreamHandle create_partition_stream(int device, int reserved_sms) = 0;
-  virtual EventHandle create_event(int device) = 0;
+  // An event; `timed` ones can be measured with elapsed_s (they cost more to record).
+  virtual EventHandle create_event(int device, bool timed) = 0;
   virtual void destroy_event(int device, EventHandle event) noexcept = 0;
   virtual void record_event(int device, EventHandle event, StreamHandle stream) = 0;
   // True once all work recorded before the event has finished.

@@ -5,31 +5,36 @@ namespace detail {
 
 EventPool::EventPool(std::shared_ptr<DeviceBackend> backend, const std::vector<int>& devices)
     : backend_(std::move(backend)) {
-  for (const int d : devices) free_[d];
-}
-
-EventPool::~EventPool() {
-  for (auto& [device, events] : free_) {
-    for (EventHandle e : events) backend_->destroy_event(device, e);
+  for (const int d : devices) {
+    free_[d];
+    free_timed_[d];
   }
 }
 
-EventHandle EventPool::take(int device) {
+EventPool::~EventPool() {
+  for (auto* pool : {&free_, &free_timed_}) {
+    for (auto& [device, events] : *pool) {
+      for (EventHandle e : events) backend_->destroy_event(device, e);
+    }
+  }
+}
+
+EventHandle EventPool::take(int device, bool timed) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& events = free_.at(device);
+    auto& events = (timed ? free_timed_ : free_).at(device);
     if (!events.empty()) {
       EventHandle e = events.back();
       events.pop_back();
       return e;
     }
   }
-  return backend_->create_event(device);
+  return backend_->create_event(device, timed);
 }
 
-void EventPool::give_back(int device, EventHandle event) noexcept {
+void EventPool::give_back(int device, EventHandle event, bool timed) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  free_.at(device).push_back(event);
+  (timed ? free_timed_ : free_).at(device).push_back(event);
 }
 
 }  // namespace detail

@@ -20,14 +20,15 @@ class EventPool {
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
 
-  EventHandle take(int device);
-  void give_back(int device, EventHandle event) noexcept;
+  // An event of the device's pool; `timed` ones (for elapsed_s) are pooled apart.
+  EventHandle take(int device, bool timed = false);
+  void give_back(int device, EventHandle event, bool timed = false) noexcept;
   DeviceBackend& backend() { return *backend_; }
 
  private:
   std::shared_ptr<DeviceBackend> backend_;
   std::mutex mutex_;
-  std::unordered_map<int, std::vector<EventHandle>> free_;
+  std::unordered_map<int, std::vector<EventHandle>> free_, free_timed_;
 };
 
 }  // namespace detail

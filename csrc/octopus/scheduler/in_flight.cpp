@@ -7,16 +7,16 @@ InFlightWindow::InFlightWindow(std::shared_ptr<EventPool> pool, int device, Stre
     : pool_(std::move(pool)), device_(device), stream_(stream) {}
 
 InFlightWindow::~InFlightWindow() {
-  for (const Mark& m : marks_) pool_->give_back(device_, m.event);
-  if (previous_) pool_->give_back(device_, previous_);
+  for (const Mark& m : marks_) pool_->give_back(device_, m.event, true);
+  if (previous_) pool_->give_back(device_, previous_, true);
 }
 
 void InFlightWindow::mark() {
-  EventHandle event = pool_->take(device_);
+  EventHandle event = pool_->take(device_, true);
   try {
     pool_->backend().record_event(device_, event, stream_);
   } catch (...) {
-    pool_->give_back(device_, event);
+    pool_->give_back(device_, event, true);
     throw;
   }
   marks_.push_back(Mark{event, next_units_, next_paused_s_});
@@ -35,7 +35,7 @@ std::vector<double> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
         const double took = backend.elapsed_s(device_, previous_, m.event) - m.paused_s;
         if (took > 0.0) seconds_per_unit.push_back(took / m.units);  // (NaN: no device clock)
       }
-      pool_->give_back(device_, previous_);
+      pool_->give_back(device_, previous_, true);
     }
     previous_ = m.event;
   }

@@ -67,7 +67,11 @@ struct KindModel {
   // Registered estimate: a fixed occupancy or a kernel profile (none: default_occupancy).
   std::variant<std::monostate, double, KernelProfile> estimate;
   SampleWindow holds{32};                 // seconds each recent lease was held
-  std::optional<double> seconds_per_unit; // device time per unit of sliced work (moving average)
+  // Device time per unit of sliced work: a low percentile of the recent samples (slices too
+  // short for their host time measure long; their number must not shrink the next ones),
+  // or what set_seconds_per_unit set.
+  std::optional<double> seconds_per_unit;
+  SampleWindow rates{32};
 };
 using KindTable = std::unordered_map<std::string, KindModel>;
 

@@ -9,8 +9,8 @@
 
 namespace octopus::scheduler::detail {
 
-// Weight of a new measurement in a kind's seconds per unit.
-constexpr double kRateWeight = 0.25;
+// The percentile of a kind's recent per-unit times taken as its seconds per unit.
+constexpr double kRateQuantile = 0.1;
 
 uint64_t this_thread_id() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
 
@@ -379,8 +379,9 @@ void State::give_up(Waiter& w, bool deadline_passed) {
 
 void State::add_rate_samples(const std::string& kind, const std::vector<double>& samples) {
   if (samples.empty()) return;
-  std::optional<double>& rate = kinds[kind].seconds_per_unit;
-  for (const double s : samples) rate = rate ? (1.0 - kRateWeight) * *rate + kRateWeight * s : s;
+  KindModel& k = kinds[kind];
+  for (const double s : samples) k.rates.add(s);
+  k.seconds_per_unit = k.rates.quantile(kRateQuantile);
 }
 
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,

@@ -52,7 +52,7 @@ StreamHandle SimulatedBackend::create_partition_stream(int device, int reserved_
   return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
 }
 
-EventHandle SimulatedBackend::create_event(int) { return reinterpret_cast<EventHandle>(next_handle_.fetch_add(1)); }
+EventHandle SimulatedBackend::create_event(int, bool) { return reinterpret_cast<EventHandle>(next_handle_.fetch_add(1)); }
 
 void SimulatedBackend::record_event(int device, EventHandle event, StreamHandle) {
   events_recorded_.fetch_add(1);

@@ -31,7 +31,7 @@ class SimulatedBackend final : public DeviceBackend {
   // Partitions are whole groups of kPartitionGranularity SMs (as on sm_90).
   int create_partition(int device, int reserved_sms) override;
   StreamHandle create_partition_stream(int device, int reserved_sms) override;
-  EventHandle create_event(int device) override;
+  EventHandle create_event(int device, bool timed) override;
   void destroy_event(int, EventHandle) noexcept override {}
   void record_event(int device, EventHandle event, StreamHandle stream) override;
   bool event_done(int device, EventHandle event) override;
