@@ -89,8 +89,8 @@ struct Device {
 
 TEST(LatencyControl, ProbesTheAloneLatencyThenHoldsBestEffortWorkBackToTheTarget) {
   Device d;
-  // Steps 0-2 break 1.5 x the alone time; step 3 on meet it.
-  const std::vector<double> slowdown = {3.0, 2.5, 2.0, 1.2};  // (steps 0-2: no SMs kept, or too few)
+  // Steps 0-2 break 1.5 x the alone time (with room for a host's noise in it); step 3 on meet it.
+  const std::vector<double> slowdown = {4.0, 3.5, 3.0, 1.2};  // (steps 0-2: no SMs kept, or too few)
   for (int i = 0; i < 600; ++i) {
     d.job(400us, slowdown);
     std::this_thread::sleep_for(200us);
@@ -100,8 +100,10 @@ TEST(LatencyControl, ProbesTheAloneLatencyThenHoldsBestEffortWorkBackToTheTarget
   const KindControl& k = c.kinds.front();
   EXPECT_GE(c.probes, 1);
   ASSERT_TRUE(k.alone_p99_s.has_value());
-  EXPECT_GE(k.alone_samples, 3u);
-  EXPECT_NEAR(*k.alone_p99_s, 400e-6, 150e-6) << "the alone latency is the probe's";
+  EXPECT_GE(k.alone_samples, 32u);
+  // The probe's jobs take 400 us, the others 1200 us or more; a busy host adds to either.
+  EXPECT_GE(*k.alone_p99_s, 400e-6);
+  EXPECT_LT(*k.alone_p99_s, 800e-6) << "the alone latency is the probe's";
   ASSERT_TRUE(k.target_s.has_value());
   EXPECT_NEAR(*k.target_s, 1.5 * *k.alone_p99_s, 1e-9);
   EXPECT_GE(c.step, 3) << "it climbed to the first step that meets the target";

@@ -128,12 +128,16 @@ TEST(LatencyController, AStepDownThatHadToBeUndoneWaitsLongerNextTime) {
 }
 
 TEST(LatencyController, ProbesForTheAloneLatencyThenStops) {
-  LatencyController c(ControllerOptions{}, ladder_of(9));
+  const ControllerOptions options;
+  LatencyController c(options, ladder_of(9));
   c.observe("lc", 3e-3, false, 0.0);
   EXPECT_TRUE(c.probing()) << "a kind with a relative target and no alone samples asks for a probe";
   ASSERT_FALSE(c.kinds().front().target_s);
   double now = 0.0;
-  for (int i = 0; i < 8; ++i) c.observe("lc", kAlone, true, now += kPeriod);
+  for (std::size_t i = 0; i + 1 < options.min_alone_samples; ++i) c.observe("lc", kAlone, true, now += kPeriod);
+  EXPECT_TRUE(c.probing());
+  EXPECT_FALSE(c.kinds().front().target_s) << "no target from fewer alone samples";
+  c.observe("lc", kAlone, true, now += kPeriod);
   EXPECT_FALSE(c.probing());
   ASSERT_TRUE(c.kinds().front().target_s);
   EXPECT_NEAR(*c.kinds().front().target_s, 1.5 * kAlone, 1e-12);

@@ -86,7 +86,7 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
         time.sleep(0.01)
     assert kind["samples"] == 100
     # (The job holds its lease 0.3 ms; the host's noise on a loaded machine only adds.)
-    assert kind["alone_samples"] >= 3 and 3e-4 <= kind["alone_p99_s"] < 5e-3
+    assert kind["alone_samples"] >= 32 and 3e-4 <= kind["alone_p99_s"] < 5e-3
     assert kind["target_s"] == pytest.approx(1.5 * kind["alone_p99_s"])
     assert 0 <= kind["attainment"] <= 1 and not kind["infeasible"]
     assert sched.stats()["devices"][0]["control"]["probes"] >= 1
@@ -129,15 +129,29 @@ def test_slices_sized_by_the_controller_give_the_bits_of_unsliced_work():
     g = torch.Generator().manual_seed(2)
     scale, bias = torch.rand(len(batch), generator=g).to(device), torch.randn(len(batch), generator=g).to(device)
     whole = octopus.affine(batch, scale, bias)
-    # Shrink the controller's slices: a latency-critical kind that the BE work slows.
-    sched.set_target("lc", 0.01)
-    for _ in range(3):
-        parts = sched.run_sliced(lambda part, items: octopus.affine(part, scale[items], bias[items]), batch,
-                                 kind="affine")
-        assert len(parts) > 1
-        assert torch.equal(torch.cat([p.values for p in parts]), whole.values)
+    cycles_per_element = 4e6 / batch.numel()   # the batch sleeps 4M cycles: 2-3 ms at 1.4-2 GHz
+
+    def work(part, items):  # device time proportional to the part's elements, as the helpers assume
+        torch.cuda._sleep(int(part.numel() * cycles_per_element))
+        return octopus.affine(part, scale[items], bias[items])
+
+    def lc_job():
         with sched.acquire("lc", priority="high") as lease, torch.cuda.stream(lease.stream):
             torch.ones(1, device=device).add_(1)
+
+    # A target no job meets (10 us) makes the controller climb to its shortest slices.
+    sched.set_target("lc", 0.01)
+    for _ in range(500):
+        lc_job()
+        torch.cuda.synchronize()
+        if sched.slice_budget() < 1e-3:
+            break
+    assert sched.slice_budget() < 1e-3, sched.stats()["devices"][0]["control"]
+    for _ in range(3):
+        parts = sched.run_sliced(work, batch, kind="affine", best_effort=True)
+        assert len(parts) > 1
+        assert torch.equal(torch.cat([p.values for p in parts]), whole.values)
+        lc_job()
     a = torch.randn(2048, 256, generator=g).to(device)
     b = torch.randn(256, 256, generator=g).to(device)
     out = torch.empty(2048, 256, device=device)

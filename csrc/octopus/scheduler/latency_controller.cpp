@@ -27,8 +27,9 @@ bool same_step(const ControlStep& a, const ControlStep& b) {
          a.throttle == b.throttle;
 }
 
-// Kinds fewer alone samples than this have no relative target yet.
-constexpr std::size_t kAloneSamplesForTarget = 3;
+// An absolute target under the p99 of this many alone samples is refused: a p99 of a few
+// samples lies under the kind's true one, so the target is surely out of reach.
+constexpr std::size_t kAloneSamplesToRefuse = 3;
 
 }  // namespace
 
@@ -86,7 +87,7 @@ void LatencyController::set_target(const std::string& name, LatencyTarget target
 
 std::optional<double> LatencyController::target_s(const Kind& k) const {
   if (k.target && k.target->p99_s) return k.target->p99_s;
-  if (k.alone.count() < kAloneSamplesForTarget) return std::nullopt;
+  if (k.alone.count() < options_.min_alone_samples) return std::nullopt;
   const double ratio = k.target ? k.target->ratio : options_.default_ratio;
   return ratio * *k.alone.quantile(0.99);
 }
@@ -163,7 +164,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   if (k.infeasible) return;
   std::ostringstream reason;
   reason.precision(3);
-  const std::optional<double> alone = k.alone.count() >= kAloneSamplesForTarget ? k.alone.quantile(0.99) : std::nullopt;
+  const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? k.alone.quantile(0.99) : std::nullopt;
   if (k.target && k.target->p99_s && alone && *alone > target) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";

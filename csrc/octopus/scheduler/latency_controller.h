@@ -53,7 +53,10 @@ struct LatencyTarget {
 
 struct ControllerOptions {
   double default_ratio = 1.5;        // target of kinds without one: ratio x alone p99
-  std::size_t min_alone_samples = 8;  // alone samples a probe collects (3 give a first target)
+  // Alone samples a relative target waits for, and a probe collects: the p99 of a few samples
+  // is their maximum, nearer their median than their p99 (8 samples of a batch-1 conv net
+  // gave half its p99 on an H200, and a 3x target below what it could meet).
+  std::size_t min_alone_samples = 32;
   std::size_t alone_window = 512;
   std::size_t recent_window = 256;
   // A violation adds 1 to a kind's score, every sample multiplies it by 1 - 1 / score_memory:
@@ -76,7 +79,7 @@ struct ControllerOptions {
   double undo_s = 2.0;
   int max_backoff = 64;
   // Probing: at most one probe window of probe_window_s per probe_interval_s.
-  double probe_window_s = 0.1;
+  double probe_window_s = 0.25;
   double probe_interval_s = 2.0;
   // Without LC samples for idle_s the controller returns to the bottom step.
   double idle_s = 2.0;
