@@ -1,7 +1,6 @@
 """octopus.autotune: the probe's choice, strategy="auto", and the on-disk cache."""
 
 import json
-import os
 
 import pytest
 import torch

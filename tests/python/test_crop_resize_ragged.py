@@ -3,7 +3,6 @@ against F.interpolate of each crop in float64."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import octopus
 from test_crop_resize import DTYPES, frames, random_boxes, reference, two_frames

@@ -1,7 +1,6 @@
 """octopus.diffusion: fused per-sample sampler steps against diffusers run separately per
 sample, over whole sampling runs with random per-sample schedules and start steps."""
 
-import copy
 
 import pytest
 import torch
