@@ -105,7 +105,7 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
     given = as_ragged(batch, "batch")
     batch = given.batch
     _check_planes(batch, channels)
-    if mean is not None and max(channels, 1) != len(mean):
+    if mean is not None and std is not None and max(channels, 1) != len(mean):
         raise ValueError(f"mean and std must have one value per channel ({max(channels, 1)}), got {len(mean)} and "
                          f"{len(std)}")
     strategy, block = tuning.resolve("auto", block_elems, batch.device)

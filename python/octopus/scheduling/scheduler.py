@@ -317,7 +317,7 @@ class StreamScheduler:
             if lease.stream is None:
                 return [fn(*part) for part in parts]
             consumer = torch.cuda.current_stream(lease.device)
-            first = cast(torch.cuda.Stream, lease.stream)
+            first = lease.stream
             first.wait_stream(consumer)
             inputs = (work.values, work.offsets, work.sizes) if isinstance(work, RaggedBatch) else ()
             used = set()  # every stream the lease ran on reads the work's tensors

@@ -158,11 +158,11 @@ class Runner:
         be_done: Dict[str, List[float]] = {}
         errors: List[BaseException] = []
         if mode.be != "none":
-            for job in self.be_jobs:
+            for be_job in self.be_jobs:
                 stream = torch.cuda.Stream(self.device) if self.cuda and mode.be != "lease" else None
-                be_done[job.name] = []
+                be_done[be_job.name] = []
                 threads.append(threading.Thread(target=self._be_thread, args=(
-                    self._be_product(job, mode, sched, stream), stop, be_done[job.name], errors), daemon=True))
+                    self._be_product(be_job, mode, sched, stream), stop, be_done[be_job.name], errors), daemon=True))
         lc_out: Dict[str, List[tuple]] = {}
         warmup = self.controller_warmup_s if mode.kind == "controller" else self.warmup_s
         start = time.perf_counter() + 0.05
