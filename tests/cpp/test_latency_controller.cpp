@@ -134,14 +134,42 @@ TEST(LatencyController, ProbesForTheAloneLatencyThenStops) {
   EXPECT_TRUE(c.probing()) << "a kind with a relative target and no alone samples asks for a probe";
   ASSERT_FALSE(c.kinds().front().target_s);
   double now = 0.0;
+  // The kind's first jobs are warm-up, never alone samples (a CUDA graph's upload).
+  for (std::size_t i = 1; i < options.warmup_samples; ++i) c.observe("lc", 50 * kAlone, true, now += kPeriod);
+  EXPECT_EQ(c.kinds().front().alone_samples, 0u);
   for (std::size_t i = 0; i + 1 < options.min_alone_samples; ++i) c.observe("lc", kAlone, true, now += kPeriod);
   EXPECT_TRUE(c.probing());
   EXPECT_FALSE(c.kinds().front().target_s) << "no target from fewer alone samples";
   c.observe("lc", kAlone, true, now += kPeriod);
+  ASSERT_TRUE(c.kinds().front().target_s) << "a provisional target";
+  EXPECT_NEAR(*c.kinds().front().target_s, 1.5 * kAlone, 1e-12);
+  // Probes go on, rarer, until the alone p99 rests on settled_alone_samples.
+  c.tick(options.probe_window_s + 1e-3);
+  EXPECT_FALSE(c.probing()) << "a probe lasts probe_window_s at most";
+  c.observe("lc", 3e-3, false, now = options.probe_window_s + options.probe_interval_s + 0.01);
+  EXPECT_FALSE(c.probing()) << "with a target, probes wait settling_probe_interval_s";
+  now = options.probe_window_s + options.settling_probe_interval_s + 0.01;
+  c.observe("lc", 3e-3, false, now);
+  EXPECT_TRUE(c.probing());
+  EXPECT_EQ(c.probes(), 2);
+  while (c.kinds().front().alone_samples < options.settled_alone_samples) c.observe("lc", kAlone, true, now += 1e-4);
   EXPECT_FALSE(c.probing());
+  c.observe("lc", 3e-3, false, now += 2 * options.settling_probe_interval_s);
+  EXPECT_FALSE(c.probing()) << "settled: no more probes";
+  EXPECT_EQ(c.probes(), 2);
+}
+
+TEST(LatencyController, OneHiccupInAFewAloneSamplesDoesNotSetTheTarget) {
+  const ControllerOptions options;
+  LatencyController c(options, ladder_of(9));
+  double now = 0.0;
+  for (std::size_t i = 0; i < options.warmup_samples; ++i) c.observe("lc", kAlone, false, now += kPeriod);
+  c.observe("lc", 20 * kAlone, true, now += kPeriod);  // its thread preempted for 19 ms
+  for (std::size_t i = 1; i < options.min_alone_samples; ++i) c.observe("lc", kAlone, true, now += kPeriod);
   ASSERT_TRUE(c.kinds().front().target_s);
   EXPECT_NEAR(*c.kinds().front().target_s, 1.5 * kAlone, 1e-12);
-  EXPECT_EQ(c.probes(), 1);
+  c.observe("lc", 20 * kAlone, true, now += kPeriod);  // a second one is the kind's own tail
+  EXPECT_NEAR(*c.kinds().front().target_s, 1.5 * 20 * kAlone, 1e-12);
 }
 
 TEST(LatencyController, AProbeThatFindsNothingEndsAndIsRetriedLater) {
@@ -162,7 +190,7 @@ TEST(LatencyController, ATargetBelowTheAloneLatencyIsReportedInfeasible) {
   LatencyController c(ControllerOptions{}, ladder_of(9));
   c.set_target("lc", LatencyTarget{0.5e-3, 1.5});
   double now = 0.0;
-  for (int i = 0; i < 5; ++i) c.observe("lc", kAlone, true, now += kPeriod);
+  for (std::size_t i = 0; i < ControllerOptions{}.warmup_samples + 5; ++i) c.observe("lc", kAlone, true, now += kPeriod);
   const std::vector<std::string> reports = c.take_reports();
   ASSERT_EQ(reports.size(), 1u);
   EXPECT_NE(reports[0].find("kind 'lc'"), std::string::npos) << reports[0];

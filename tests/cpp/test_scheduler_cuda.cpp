@@ -1,17 +1,21 @@
 // The StreamScheduler on the CUDA backend: real streams of the right priority, release
-// events that complete, memory figures, the best-effort in-flight bound on a real stream,
-// and best-effort streams on a green-context SM partition. Skips where no CUDA device is
-// present.
+// events that complete, a device clock that stamps them, memory figures, the best-effort
+// in-flight bound on a real stream, and best-effort streams on a green-context SM
+// partition. Skips where no CUDA device is present.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "octopus/scheduler/cuda_backend.h"
+#include "octopus/scheduler/device_clock.h"
 #include "octopus/scheduler/stream_scheduler.h"
 
 namespace {
@@ -150,3 +154,42 @@ TEST(StreamSchedulerCuda, BestEffortStreamsOnAGreenContextPartition) {
 }
 
 }  // namespace
+
+// The device clock (device_clock.h) stamps a completion on the host clock within tens of
+// microseconds of when the host, polling, saw it happen, however late it is asked.
+TEST(StreamSchedulerCuda, DeviceClockStampsACompletionWhenItHappened) {
+  auto backend = backend_or_skip();
+  if (!backend) GTEST_SKIP() << "no CUDA device";
+  const auto now_us = [] {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  octopus::scheduler::detail::DeviceClock clock(*backend, 0, now_us);
+  ASSERT_TRUE(clock.calibrate());
+  void* buffer = nullptr;
+  const std::size_t bytes = std::size_t{1} << 30;
+  ASSERT_EQ(cudaMalloc(&buffer, bytes), cudaSuccess);
+  StreamHandle stream = backend->create_stream(0, false);
+  for (int round = 0; round < 5; ++round) {
+    EventHandle event = backend->create_event(0, true);
+    ASSERT_EQ(cudaMemsetAsync(buffer, round, bytes, static_cast<cudaStream_t>(stream)), cudaSuccess);
+    backend->record_event(0, event, stream);
+    // When it completed, as a host polling it sees: after the last poll that found it
+    // unfinished began, before the first that found it finished returned.
+    double lower = now_us(), upper = 0.0;
+    while (true) {
+      const double before = now_us();
+      const bool done = backend->event_done(0, event);
+      upper = now_us();
+      if (done) break;
+      lower = before;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asked 20 ms late
+    const std::optional<double> stamp = clock.completed_us(event);
+    ASSERT_TRUE(stamp.has_value());
+    EXPECT_GE(*stamp, lower - 50.0) << "round " << round;
+    EXPECT_LE(*stamp, upper + 50.0) << "round " << round;
+    backend->destroy_event(0, event);
+    clock.calibrate();
+  }
+  cudaFree(buffer);
+}

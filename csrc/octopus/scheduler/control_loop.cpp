@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <thread>
 
+#include "octopus/scheduler/device_clock.h"
 #include "octopus/scheduler/scheduler_state.h"
 
 namespace octopus::scheduler::detail {
@@ -16,9 +19,9 @@ namespace {
 constexpr auto kTick = std::chrono::milliseconds(5);
 // How often it polls returned best-effort work that has not finished.
 constexpr auto kPoll = std::chrono::microseconds(100);
-// A latency-critical lease whose work was already done when the control thread first
-// looked, this soon after its return, is taken to have completed when it was returned
-// (its holder waited for it); later, when it was looked at (an upper bound).
+// Without a device clock: a latency-critical lease whose work was already done when the
+// control thread first looked, this soon after its return, is taken to have completed when
+// it was returned (its holder waited for it); later, when it was looked at (an upper bound).
 constexpr double kPromptUs = 200.0;
 // The fractions of a device's SMs the default ladder keeps free of best-effort work.
 constexpr double kReserveFractions[] = {0.06, 0.12, 0.18, 0.25};
@@ -102,6 +105,32 @@ void State::apply_control(DeviceState& d, Clock::time_point now) {
 }
 
 void State::control_loop() {
+  // Each device's clock, where the backend times events (the control thread's own: it
+  // polls a reference event on them).
+  std::vector<std::unique_ptr<DeviceClock>> clocks(devices.size());
+  if (backend->times_events()) {
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (!devices[i].controller) continue;
+      try {
+        clocks[i] = std::make_unique<DeviceClock>(*backend, devices[i].device, [this] { return micros(Clock::now()); });
+      } catch (const std::exception&) {
+        clocks[i].reset();  // completions are then stamped when they are seen
+      }
+    }
+  }
+  // When a watched lease's job was done for its caller: its work finished on the device and
+  // the lease returned (a holder that waits for its work inside the lease returns it when
+  // its thread has the result). The device's clock says when the work finished where there
+  // is one (never after it was seen done); else the control thread's look bounds it.
+  const auto completed_us = [&](const PendingLatency& p, double seen_us, bool prompt) {
+    DeviceClock* clock = clocks[static_cast<std::size_t>(p.index)].get();
+    if (clock && p.event->timed()) {
+      if (const std::optional<double> t = clock->completed_us(p.event->handle())) {
+        return std::min(std::max(*t, p.released_us), seen_us);
+      }
+    }
+    return prompt ? p.released_us : seen_us;
+  };
   std::vector<PendingLatency> watching;
   std::vector<PendingRelease> returned;
   std::unique_lock<std::mutex> lock(mutex);
@@ -125,12 +154,15 @@ void State::control_loop() {
     std::vector<Finished> finished;
     std::vector<int> released_done;
     try {
+      for (const std::unique_ptr<DeviceClock>& clock : clocks) {
+        if (clock) clock->maybe_calibrate();
+      }
       const double check_us = micros(Clock::now());
       for (auto it = watching.begin(); it != watching.end();) {
         if (it->event->done()) {
           const bool prompt = it->first_check_us < 0.0 && check_us - it->released_us <= kPromptUs;
-          const double completed_us = prompt ? it->released_us : check_us;
-          finished.push_back(Finished{std::move(*it), completed_us});
+          const double completed = completed_us(*it, check_us, prompt);
+          finished.push_back(Finished{std::move(*it), completed});
           it = watching.erase(it);
         } else {
           if (it->first_check_us < 0.0) it->first_check_us = check_us;
@@ -149,7 +181,8 @@ void State::control_loop() {
         // The oldest unfinished latency-critical work: wait for it, to see when it ends.
         PendingLatency& oldest = watching.front();
         oldest.event->synchronize();
-        finished.push_back(Finished{std::move(oldest), micros(Clock::now())});
+        const double completed = completed_us(oldest, micros(Clock::now()), false);
+        finished.push_back(Finished{std::move(oldest), completed});
         watching.erase(watching.begin());
       }
     } catch (...) {

@@ -30,6 +30,7 @@ class CudaBackend final : public DeviceBackend {
   void record_event(int device, EventHandle event, StreamHandle stream) override;
   bool event_done(int device, EventHandle event) override;
   double elapsed_s(int device, EventHandle start, EventHandle end) override;
+  bool times_events() const override { return true; }
   void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int device, StreamHandle stream, EventHandle event) override;
   MemoryInfo memory_info(int device) override;

@@ -43,6 +43,9 @@ class DeviceBackend {
   virtual bool event_done(int device, EventHandle event) = 0;
   // Device seconds between two completed events (NaN where the backend has no clock).
   virtual double elapsed_s(int device, EventHandle start, EventHandle end) = 0;
+  // Whether elapsed_s reads the device's own clock, so that the latency controller stamps
+  // latency-critical completions with it (device_clock.h) rather than when it saw them.
+  virtual bool times_events() const { return false; }
   virtual void synchronize_event(int device, EventHandle event) = 0;
   // Makes future work on `stream` wait for the event (without blocking the host).
   virtual void stream_wait_event(int device, StreamHandle stream, EventHandle event) = 0;

@@ -39,10 +39,10 @@ void EventPool::give_back(int device, EventHandle event, bool timed) noexcept {
 
 }  // namespace detail
 
-ReleaseEvent::ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event)
-    : pool_(std::move(pool)), device_(device), event_(event) {}
+ReleaseEvent::ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event, bool timed)
+    : pool_(std::move(pool)), device_(device), event_(event), timed_(timed) {}
 
-ReleaseEvent::~ReleaseEvent() { pool_->give_back(device_, event_); }
+ReleaseEvent::~ReleaseEvent() { pool_->give_back(device_, event_, timed_); }
 
 bool ReleaseEvent::done() const { return pool_->backend().event_done(device_, event_); }
 

@@ -37,12 +37,15 @@ class EventPool {
 // last holder lets go.
 class ReleaseEvent {
  public:
-  ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event);
+  // A `timed` event (taken from the pool's timed events) can be measured with elapsed_s.
+  ReleaseEvent(std::shared_ptr<detail::EventPool> pool, int device, EventHandle event, bool timed = false);
   ~ReleaseEvent();
   ReleaseEvent(const ReleaseEvent&) = delete;
   ReleaseEvent& operator=(const ReleaseEvent&) = delete;
 
   int device() const { return device_; }
+  EventHandle handle() const { return event_; }
+  bool timed() const { return timed_; }
   bool done() const;
   void synchronize() const;
   // Work queued on `stream` after this call starts only once the lease's work is done.
@@ -52,6 +55,7 @@ class ReleaseEvent {
   std::shared_ptr<detail::EventPool> pool_;
   int device_;
   EventHandle event_;
+  bool timed_;
 };
 
 }  // namespace octopus::scheduler

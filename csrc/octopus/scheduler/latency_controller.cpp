@@ -27,6 +27,17 @@ bool same_step(const ControlStep& a, const ControlStep& b) {
          a.throttle == b.throttle;
 }
 
+// Of fewer alone samples than this, the nearest-rank p99 is their largest, and one host
+// hiccup in a probe (its thread preempted) would set the kind's target: below it the largest
+// is left out.
+constexpr std::size_t kAloneSamplesForTheLargest = 200;
+
+std::optional<double> alone_p99(const detail::SampleWindow& alone) {
+  const double n = static_cast<double>(alone.size());
+  if (alone.size() < 2 || alone.size() >= kAloneSamplesForTheLargest) return alone.quantile(0.99);
+  return alone.quantile((n - 1.5) / n);  // nearest rank n - 1: the second largest
+}
+
 // An absolute target under the p99 of this many alone samples is refused: a p99 of a few
 // samples lies under the kind's true one, so the target is surely out of reach.
 constexpr std::size_t kAloneSamplesToRefuse = 3;
@@ -89,7 +100,7 @@ std::optional<double> LatencyController::target_s(const Kind& k) const {
   if (k.target && k.target->p99_s) return k.target->p99_s;
   if (k.alone.count() < options_.min_alone_samples) return std::nullopt;
   const double ratio = k.target ? k.target->ratio : options_.default_ratio;
-  return ratio * *k.alone.quantile(0.99);
+  return ratio * *alone_p99(k.alone);
 }
 
 void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
@@ -100,7 +111,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   last_sample_s_ = now_s;
   Kind& k = kind(name);
   k.last_s = now_s;
-  if (alone) k.alone.add(latency_s);
+  if (alone && k.samples >= options_.warmup_samples) k.alone.add(latency_s);
   k.recent.add(latency_s);
   k.samples += 1;
   samples_at_step_ += 1;
@@ -164,7 +175,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   if (k.infeasible) return;
   std::ostringstream reason;
   reason.precision(3);
-  const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? k.alone.quantile(0.99) : std::nullopt;
+  const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? alone_p99(k.alone) : std::nullopt;
   if (k.target && k.target->p99_s && alone && *alone > target) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
@@ -219,18 +230,22 @@ void LatencyController::maybe_descend(double now_s) {
 }
 
 void LatencyController::update_probe(double now_s) {
-  bool needed = false;
   // Every active kind needs its alone latency: a relative target is built on it, an absolute
-  // one is checked against it (and stats report it).
+  // one is checked against it (and stats report it). Without enough alone samples for a
+  // target, probes come every probe_interval_s; with them but not yet settled, rarer.
+  bool needed = false, settling = false;
   for (const auto& [name, k] : kinds_) {
-    if (now_s - k.last_s <= options_.idle_s && k.alone.count() < options_.min_alone_samples) needed = true;
+    if (now_s - k.last_s > options_.idle_s) continue;
+    if (k.alone.count() < options_.min_alone_samples) needed = true;
+    if (k.alone.count() < options_.settled_alone_samples) settling = true;
   }
+  const double interval = needed ? options_.probe_interval_s : options_.settling_probe_interval_s;
   if (probing_) {
-    if (!needed || now_s - probe_started_s_ >= options_.probe_window_s) {
+    if (!settling || now_s - probe_started_s_ >= options_.probe_window_s) {
       probing_ = false;
       last_probe_s_ = now_s;
     }
-  } else if (needed && (probes_ == 0 || now_s - last_probe_s_ >= options_.probe_interval_s)) {
+  } else if (settling && (probes_ == 0 || now_s - last_probe_s_ >= interval)) {
     probing_ = true;
     probes_ += 1;
     probe_started_s_ = now_s;
@@ -243,7 +258,7 @@ std::vector<KindControl> LatencyController::kinds() const {
     KindControl c;
     c.kind = name;
     c.target_s = target_s(k);
-    if (k.alone.count() > 0) c.alone_p99_s = k.alone.quantile(0.99);
+    c.alone_p99_s = alone_p99(k.alone);
     c.recent_p99_s = k.recent.quantile(0.99);
     c.samples = k.samples;
     c.judged = k.judged;

@@ -10,7 +10,8 @@
 // that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
 // latency). Until a kind has enough alone samples the controller asks for a probe (BE
-// paused and drained for a short window, at most one per probe_interval_s).
+// paused and drained for a short window, at most one per probe_interval_s), then for
+// rarer ones until its alone p99 rests on more samples.
 //
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
 // passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
@@ -57,6 +58,14 @@ struct ControllerOptions {
   // is their maximum, nearer their median than their p99 (8 samples of a batch-1 conv net
   // gave half its p99 on an H200, and a 3x target below what it could meet).
   std::size_t min_alone_samples = 32;
+  // A kind's first jobs are left out of its alone samples (they carry one-time costs: a CUDA
+  // graph's upload, library heuristics, the allocator growing).
+  std::size_t warmup_samples = 8;
+  // Once a target stands on min_alone_samples, probes go on, rarer, until the kind has this
+  // many alone samples (a p99 from more of them is nearer the kind's true one; below 200 the
+  // largest sample is left out of it, against a host hiccup in a probe).
+  std::size_t settled_alone_samples = 200;
+  double settling_probe_interval_s = 8.0;
   std::size_t alone_window = 512;
   std::size_t recent_window = 256;
   // A violation adds 1 to a kind's score, every sample multiplies it by 1 - 1 / score_memory:

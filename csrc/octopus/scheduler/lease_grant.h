@@ -33,6 +33,8 @@ struct LeaseGrant {
   // "alone" if the epoch has not moved by its completion).
   bool best_effort_idle = false;
   uint64_t best_effort_epoch = 0;
+  // Its release event is timed, for the controller's device-clock stamp (device_clock.h).
+  bool timed_release = false;
 };
 
 }  // namespace octopus::scheduler

@@ -133,6 +133,7 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.previous_release = chosen.last_release;
   g.best_effort_idle = d.best_effort_idle;
   g.best_effort_epoch = d.best_effort_epoch;
+  g.timed_release = w.work_class == WorkClass::LatencyCritical && d.controller && backend->times_events();
   w.granted = true;
   w.cv.notify_one();
 }

@@ -38,6 +38,10 @@ class SimulatedBackend final : public DeviceBackend {
   // The host time between the two events' completions (as complete_events, or recording
   // where events complete at once, completed them).
   double elapsed_s(int, EventHandle start, EventHandle end) override;
+  // Off unless set_times_events(true): then the latency controller stamps completions from
+  // elapsed_s, as on CUDA (set it before a scheduler is made on this backend).
+  bool times_events() const override { return times_events_.load(); }
+  void set_times_events(bool on) { times_events_.store(on); }
   void synchronize_event(int device, EventHandle event) override;
   void stream_wait_event(int, StreamHandle, EventHandle) override {}
   MemoryInfo memory_info(int device) override;
@@ -67,6 +71,7 @@ class SimulatedBackend final : public DeviceBackend {
   const int multiprocessors_;
   std::atomic<std::intptr_t> next_handle_{1};
   std::atomic<int64_t> events_recorded_{0};
+  std::atomic<bool> times_events_{false};
   std::mutex mutex_;
   std::condition_variable completed_;
   std::vector<MemoryInfo> memory_;

@@ -115,8 +115,8 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
   std::shared_ptr<ReleaseEvent> event;
   std::exception_ptr failure;
   try {
-    EventHandle handle = state->events->take(grant_.device);
-    event = std::make_shared<ReleaseEvent>(state->events, grant_.device, handle);
+    EventHandle handle = state->events->take(grant_.device, grant_.timed_release);
+    event = std::make_shared<ReleaseEvent>(state->events, grant_.device, handle, grant_.timed_release);
     state->backend->record_event(grant_.device, handle, grant_.stream);
   } catch (...) {
     event.reset();
