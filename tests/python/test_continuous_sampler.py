@@ -128,6 +128,26 @@ def test_mixed_requests_match_diffusers_alone_float64():
         assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
 
 
+def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float64():
+    """Karras and exponential sigmas, final sigma_min, and a 50-step DPM++ 2M Karras schedule
+    whose timesteps repeat (its samples' steps told apart by their keys), in one batch."""
+    sd = dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012)
+    configs = [("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, **sd), 50),
+               ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, **sd), 7),
+               ("UniPCMultistepScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min"), 9),
+               ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, final_sigmas_type="sigma_min"), 5),
+               ("EulerDiscreteScheduler", dict(use_exponential_sigmas=True, timestep_spacing="trailing"), 6)]
+    requests = [dict(shape=SHAPES[i % len(SHAPES)], scheduler=name, scheduler_config=config, num_inference_steps=steps,
+                     seed=2000 + i) for i, (name, config, steps) in enumerate(configs)]
+    model = tiny_unet()
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4) as sampler:
+        results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests, waves=2)]
+    for request, result in zip(requests, results):
+        assert result.iterations == request["num_inference_steps"]
+        # diffusers computes coefficients from float32 sigmas in float32: ~2e-6 drift over 50 steps.
+        assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-5)
+
+
 def test_priority_lane_iterates_high_priority_samples_apart_and_matches_diffusers_float64():
     model = tiny_unet()
     requests = [r | dict(priority="high") if i % 3 == 0 else r for i, r in enumerate(requests_for(2, 12))]

@@ -2,6 +2,9 @@
 sample, over whole sampling runs with random per-sample schedules and start steps."""
 
 
+import hypothesis
+import hypothesis.strategies as st
+import numpy as np
 import pytest
 import torch
 
@@ -34,6 +37,23 @@ CASES = [
                                      beta_schedule="squaredcos_cap_v2"), {}),
     ("UniPCMultistepScheduler", dict(prediction_type="sample", timestep_spacing="leading", steps_offset=1,
                                      beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), {}),
+    # Sigma schedules (Karras, exponential) and final sigmas.
+    ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, beta_schedule="scaled_linear", beta_start=0.00085,
+                                    beta_end=0.012), {}),
+    ("EulerDiscreteScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min",
+                                    timestep_spacing="trailing"), {}),
+    ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, sigma_min=0.1, sigma_max=10.0,
+                                    prediction_type="v_prediction"), {}),
+    ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, beta_schedule="scaled_linear",
+                                         beta_start=0.00085, beta_end=0.012), {}),
+    ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, final_sigmas_type="sigma_min",
+                                         euler_at_final=True), {}),
+    ("DPMSolverMultistepScheduler", dict(use_exponential_sigmas=True, prediction_type="v_prediction"), {}),
+    ("UniPCMultistepScheduler", dict(use_karras_sigmas=True, beta_schedule="scaled_linear", beta_start=0.00085,
+                                     beta_end=0.012), {}),
+    ("UniPCMultistepScheduler", dict(final_sigmas_type="sigma_min"), {}),
+    ("UniPCMultistepScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min",
+                                     prediction_type="v_prediction"), {}),
 ]
 IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
 
@@ -106,6 +126,44 @@ def test_whole_runs_match_diffusers_per_sample_float64(name, config, options):
     got = _octopus_run(name, config, options, *problem, device="cpu")
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
+
+
+# DPM-Solver++ and UniPC with Karras sigmas round two sigmas to one timestep from ~45 steps on:
+# each sample's history tells the two steps apart.
+REPEATS = [
+    ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, beta_schedule="scaled_linear",
+                                         beta_start=0.00085, beta_end=0.012), {}),
+    ("UniPCMultistepScheduler", dict(use_karras_sigmas=True, beta_schedule="scaled_linear", beta_start=0.00085,
+                                     beta_end=0.012, prediction_type="v_prediction"), {}),
+]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")])])
+@pytest.mark.parametrize("name, config, options", REPEATS, ids=[r[0] for r in REPEATS])
+def test_repeated_timesteps_match_diffusers_per_sample(device, name, config, options):
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    steps, starts, latents, outputs, noises = _problem(name, 3, dtype, n=3)
+    steps, starts = [50, 61, 3], [0, 2, 40]
+    g = torch.Generator().manual_seed(4)
+    outputs = [torch.randn(latents.shape, generator=g, dtype=torch.float64).to(dtype) for _ in range(63)]
+    sched = getattr(diffusers, name)(**config)
+    sched.set_timesteps(50)
+    assert len(set(sched.timesteps.tolist())) < 50, "the case must repeat a timestep"
+    expected = _reference_run(name, config, options, steps, starts, latents, outputs, noises)
+    got = _octopus_run(name, config, options, steps, starts, latents, outputs, noises, device=device)
+    # diffusers computes each step's coefficients from float32 sigmas in float32 (~6e-8 relative):
+    # over 50-61 steps that drifts to ~2e-6 of the result, so 1e-5 even in float64.
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
+def test_repeated_timesteps_need_the_host_check():
+    sched = od.DPMSolverMultistepScheduler(use_karras_sigmas=True, beta_schedule="scaled_linear",
+                                           beta_start=0.00085, beta_end=0.012)
+    sched.set_timesteps(50)
+    x = torch.zeros(1, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="repeats a timestep"):
+        sched.step(x, x, sched.timesteps[:1], validate=False)
 
 
 @pytest.mark.cuda
@@ -222,8 +280,10 @@ def test_bad_input_gets_clear_errors():
         sched.set_timesteps(0)
     with pytest.raises(ValueError, match="prediction_type"):
         od.EulerDiscreteScheduler(prediction_type="noise")
-    with pytest.raises(NotImplementedError, match="use_karras_sigmas"):
-        od.EulerDiscreteScheduler.from_config({"use_karras_sigmas": True})
+    with pytest.raises(NotImplementedError, match="use_beta_sigmas"):
+        od.EulerDiscreteScheduler.from_config({"use_beta_sigmas": True})
+    with pytest.raises(ValueError, match="exclusive"):
+        od.DPMSolverMultistepScheduler(use_karras_sigmas=True, use_exponential_sigmas=True)
     with pytest.raises(NotImplementedError, match="solver_order"):
         od.DPMSolverMultistepScheduler.from_config({"solver_order": 3})
     with pytest.raises(NotImplementedError, match="trained_betas"):
@@ -370,3 +430,20 @@ def test_bad_rows_get_clear_errors():
         od.SamplerRow("heun", "epsilon", rows[0].timesteps, rows[0].table)
     with pytest.raises(ValueError, match="eta is a ddim option"):
         od.SamplerRow("euler", "epsilon", rows[3].timesteps, rows[3].table, eta=0.5)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(st.lists(st.integers(0, 999), min_size=1, max_size=80))
+def test_keys_give_every_step_its_own_nearest_key(values):
+    timesteps = np.sort(np.array(values, dtype=np.float64))[::-1].copy()
+    row = od.SamplerRow("euler", "epsilon", timesteps, np.zeros(len(timesteps) + 1))
+    keys = row.keys
+    assert np.all(np.diff(keys) < 0), "strictly descending"
+    assert np.all((keys - timesteps >= 0) & (keys - timesteps < 0.25))
+    assert np.array_equal(keys == timesteps, np.r_[timesteps[:-1] != timesteps[1:], True]), \
+        "a timestep that does not repeat is its own key"
+    for k in range(len(keys)):
+        assert np.argmin(np.abs(keys - keys[k])) == k  # the fused step's nearest-key lookup
+        # The host check finds step k from its timestep and the step before it.
+        assert row.step_index(timesteps[k], after=k - 1) == k
+    assert row.repeats_timesteps == (len(set(values)) < len(values))

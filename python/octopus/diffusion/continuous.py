@@ -368,6 +368,10 @@ class ContinuousSampler:
         members = self._members(lane)
         timing = self._timer.begin(lane.name, len(members), len(lane.arena.groups))
         timesteps = to_device(np.array([m.row.timesteps[m.step] for m in members]), self.device)
+        # The fused step finds a step by its key (a repeated timestep's steps have keys apart).
+        keys = timesteps
+        if any(m.row.repeats_timesteps for m in members):
+            keys = to_device(np.array([m.row.keys[m.step] for m in members]), self.device)
         divisors = None
         if any(m.divisors is not None for m in members):
             divisors = to_device(torch.tensor([m.divisors[m.step] if m.divisors is not None else 1.0 for m in members],
@@ -377,7 +381,7 @@ class ContinuousSampler:
         step_host = time.perf_counter()
         self._timer.before_step(timing)
         noise = self._step_noise(lane, members)
-        prev, _ = fused_step(lane.arena.model_output, lane.arena.latents, lane.arena.offsets, timesteps,
+        prev, _ = fused_step(lane.arena.model_output, lane.arena.latents, lane.arena.offsets, keys,
                              cast(RowTables, lane.tables),  # built when the lane's first request joined
                              sample_rows=lane.sample_rows, noise=noise, state=lane.arena.state)
         lane.arena.latents = prev

@@ -12,6 +12,7 @@ fake (for ``torch.compile``) is registered here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
@@ -39,7 +40,9 @@ STATE_ALIGNMENT = 8
 class SamplerRow:
     """One sampler with one schedule, as the fused step reads it.
 
-    ``timesteps``: the schedule (float64, descending). ``table``: ``alphas_cumprod`` (ddim,
+    ``timesteps``: the schedule (float64, descending; a timestep may repeat where diffusers'
+    rounding gives two steps one, as DPM-Solver++ with Karras sigmas does from ~45 steps on: the
+    fused step then finds steps by :attr:`keys`). ``table``: ``alphas_cumprod`` (ddim,
     indexed by timestep) or the sigmas (one more than timesteps, the last the final sigma).
     ``step_ratio``: ddim's ``num_train_timesteps // num_inference_steps``.
     ``final_first_order``: DPM-Solver++'s last step is first order / UniPC's lower_order_final.
@@ -86,13 +89,34 @@ class SamplerRow:
         """Rows of multistep state the sampler keeps per sample (0, 1 or 3)."""
         return _STATE_ROWS.get(self.kind, 0)
 
-    def step_index(self, timestep: float) -> int:
-        """The index of ``timestep`` in the schedule (ValueError where it is not one)."""
+    def step_index(self, timestep: float, after: int = -1) -> int:
+        """The index of ``timestep`` in the schedule (ValueError where it is not one): the first
+        after step ``after`` where the timestep repeats there, else the first."""
         k = np.flatnonzero(np.isclose(self.timesteps, timestep, rtol=0, atol=1e-4))
         if len(k) == 0:
             raise ValueError(f"{timestep:g} is not in the schedule ({self.timesteps[0]:g} ... "
                              f"{self.timesteps[-1]:g}, {len(self.timesteps)} steps)")
-        return int(k[0])
+        later = k[k > after]
+        return int(later[0] if len(later) else k[0])
+
+    @functools.cached_property
+    def keys(self) -> np.ndarray:
+        """The schedule as the fused step finds a sample's step in it (the nearest key to the
+        value it is given): the timesteps, each repeat of a timestep moved up by a fraction of
+        a step so that every step has a key of its own (the first of n repeats highest)."""
+        keys: np.ndarray = self.timesteps.astype(np.float64).copy()
+        start = 0
+        for k in range(1, len(keys) + 1):
+            if k == len(keys) or self.timesteps[k] != self.timesteps[start]:
+                run = k - start
+                keys[start:k] += 0.25 / run * np.arange(run - 1, -1, -1)
+                start = k
+        return keys
+
+    @property
+    def repeats_timesteps(self) -> bool:
+        """Whether a timestep repeats (the fused step must then be given :attr:`keys`)."""
+        return len(np.unique(self.timesteps)) != len(self.timesteps)
 
     def sigma(self, step: int) -> float:
         """The sigma of a step (sigma-table kinds only)."""
@@ -130,7 +154,7 @@ class RowTables(NamedTuple):
         info = np.zeros((len(rows), len(_INFO_COLUMN)), dtype=np.int64)
         scalars = np.zeros((len(rows), len(_SCALAR_COLUMN)))
         for i, r in enumerate(rows):
-            schedules[i, :r.num_steps] = r.timesteps
+            schedules[i, :r.num_steps] = r.keys
             tables[i, :len(r.table)] = r.table
             info[i] = _row_info(r)
             scalars[i] = _row_scalars(r)
@@ -144,7 +168,7 @@ class RowTables(NamedTuple):
             raise ValueError(f"the row ({row.num_steps} steps, a table of {len(row.table)}) does not fit tables "
                              f"of widths {self.schedules.shape[1]} and {self.tables.shape[1]}")
         schedule = np.full(self.schedules.shape[1], -1.0)
-        schedule[:row.num_steps] = row.timesteps
+        schedule[:row.num_steps] = row.keys
         table = np.zeros(self.tables.shape[1])
         table[:len(row.table)] = row.table
         for target, value in ((self.schedules, schedule), (self.tables, table), (self.row_info, _row_info(row)),

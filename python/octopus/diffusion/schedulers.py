@@ -68,6 +68,48 @@ def _spaced(num_train_timesteps: int, steps: int, spacing: str, steps_offset: in
     raise NotImplementedError(f"timestep_spacing {spacing!r} is not supported (use 'linspace', 'leading' or 'trailing')")
 
 
+def _sigma_to_t(sigmas: np.ndarray, log_sigmas: np.ndarray) -> np.ndarray:
+    """diffusers' ``_sigma_to_t`` for every sigma at once (the same arithmetic): each sigma's
+    fractional training timestep, interpolated in log sigma."""
+    log_sigma = np.log(np.maximum(sigmas, 1e-10))
+    dists = log_sigma[np.newaxis, :] - log_sigmas[:, np.newaxis]
+    low = np.cumsum(dists >= 0, axis=0).argmax(axis=0).clip(max=log_sigmas.shape[0] - 2)
+    w = np.clip((log_sigmas[low] - log_sigma) / (log_sigmas[low] - log_sigmas[low + 1]), 0, 1)
+    t: np.ndarray = (1 - w) * low + w * (low + 1)
+    return t
+
+
+def _karras_sigmas(in_sigmas: np.ndarray, steps: int, sigma_min: float | None, sigma_max: float | None) -> np.ndarray:
+    """Karras et al.'s schedule (rho 7) from sigma_max down to sigma_min (default: the ends of
+    ``in_sigmas``, descending), as diffusers' ``_convert_to_karras``."""
+    lo = sigma_min if sigma_min is not None else in_sigmas[-1].item()
+    hi = sigma_max if sigma_max is not None else in_sigmas[0].item()
+    rho = 7.0
+    ramp = np.linspace(0, 1, steps)
+    sigmas: np.ndarray = (hi ** (1 / rho) + ramp * (lo ** (1 / rho) - hi ** (1 / rho))) ** rho
+    return sigmas
+
+
+def _exponential_sigmas(in_sigmas: np.ndarray, steps: int, sigma_min: float | None,
+                        sigma_max: float | None) -> np.ndarray:
+    """Sigmas evenly spaced in log sigma, as diffusers' ``_convert_to_exponential``."""
+    lo = sigma_min if sigma_min is not None else in_sigmas[-1].item()
+    hi = sigma_max if sigma_max is not None else in_sigmas[0].item()
+    sigmas: np.ndarray = np.exp(np.linspace(math.log(hi), math.log(lo), steps))
+    return sigmas
+
+
+# The sigma schedules a config may ask for instead of the training schedule's own sigmas.
+_SIGMA_SCHEDULES = {"karras": _karras_sigmas, "exponential": _exponential_sigmas}
+
+
+def _sigma_schedule(use_karras_sigmas: bool | None, use_exponential_sigmas: bool | None) -> str | None:
+    chosen = [name for name, on in (("karras", use_karras_sigmas), ("exponential", use_exponential_sigmas)) if on]
+    if len(chosen) > 1:
+        raise ValueError("use_karras_sigmas and use_exponential_sigmas are exclusive: choose one")
+    return chosen[0] if chosen else None
+
+
 def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
     for key, allowed in unsupported.items():
         if key not in config:
@@ -169,8 +211,17 @@ class _BatchedScheduler:
         if t.is_floating_point() is False and t.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"timesteps must be integer or floating point, got {t.dtype}")
         capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        repeats = any(r.repeats_timesteps for r in self._rows)
         if validate and not capturing:
-            self._check_timesteps(t.detach().cpu().double().numpy())
+            steps = self._check_timesteps(t.detach().cpu().double().numpy())
+            if repeats:  # the fused step finds each sample's step by its key
+                keys = [self._rows[i if len(self._rows) > 1 else 0].keys[k] if k >= 0 else -1.0
+                        for i, k in enumerate(steps)]
+                return torch.tensor(keys, dtype=torch.float64).to(device)
+        elif repeats:
+            raise ValueError("a schedule repeats a timestep (diffusers rounds two of its sigmas to one), so the step "
+                             "of a sample at it is known only from its history on the host: step with validate=True "
+                             "and outside a CUDA graph capture, or choose a step count whose timesteps do not repeat")
         return t.to(device=device, dtype=torch.float64)
 
     def _check_timesteps(self, t: np.ndarray) -> np.ndarray:
@@ -184,10 +235,15 @@ class _BatchedScheduler:
             if ti < 0:
                 continue
             try:
-                steps[i] = self._rows[i if len(self._rows) > 1 else 0].step_index(ti)
+                steps[i] = self._rows[i if len(self._rows) > 1 else 0].step_index(ti, self._step_before(i))
             except ValueError as error:
                 raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule: {error}") from None
         return steps
+
+    def _step_before(self, sample: int) -> int:
+        """The step sample ``sample`` took last, where the scheduler keeps it (multistep
+        samplers): a repeated timestep is then the step after it."""
+        return -1
 
     def _step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, noise: Latents | None = None,
               state: torch.Tensor | None = None, return_x0: bool = False, validate: bool = True,
@@ -303,31 +359,41 @@ class EulerDiscreteScheduler(_SigmaScheduler):
 
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
-    interpolation_type linear; final sigma 0; s_churn = 0 (the default). Not: karras,
-    exponential or beta sigmas, rescale_betas_zero_snr.
+    interpolation_type linear; use_karras_sigmas or use_exponential_sigmas (with sigma_min /
+    sigma_max); final_sigmas_type zero / sigma_min; s_churn = 0 (the default). Not: beta
+    sigmas, rescale_betas_zero_snr.
     """
 
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
-                    "timestep_spacing", "steps_offset")
-    _unsupported = {"use_karras_sigmas": {False, None}, "use_exponential_sigmas": {False, None},
-                    "use_beta_sigmas": {False, None}, "rescale_betas_zero_snr": {False},
-                    "interpolation_type": {"linear"}, "final_sigmas_type": {"zero"}, "trained_betas": {None},
-                    "timestep_type": {"discrete"}}
+                    "timestep_spacing", "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "sigma_min",
+                    "sigma_max", "final_sigmas_type")
+    _unsupported = {"use_beta_sigmas": {False, None}, "rescale_betas_zero_snr": {False},
+                    "interpolation_type": {"linear"}, "trained_betas": {None}, "timestep_type": {"discrete"}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
-                 steps_offset: int = 0):
+                 steps_offset: int = 0, use_karras_sigmas: bool | None = False,
+                 use_exponential_sigmas: bool | None = False, sigma_min: float | None = None,
+                 sigma_max: float | None = None, final_sigmas_type: str = "zero"):
         super().__init__(num_train_timesteps, prediction_type)
+        if final_sigmas_type not in ("zero", "sigma_min"):
+            raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
         ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float().numpy()
         self._train_sigmas = np.array(((1 - ac) / ac) ** 0.5)
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
+        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
+        self.sigma_min, self.sigma_max, self.final_sigmas_type = sigma_min, sigma_max, final_sigmas_type
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
-        t = _spaced(self.num_train_timesteps, int(num_inference_steps), self.timestep_spacing, self.steps_offset,
-                    integer=False)
+        steps = int(num_inference_steps)
+        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=False)
         t = t.astype(np.float32)
         sigmas = np.interp(t, np.arange(0, len(self._train_sigmas)), self._train_sigmas)
-        sigmas = np.concatenate([sigmas, [0.0]]).astype(np.float32).astype(np.float64)
+        if self.sigma_schedule is not None:
+            sigmas = _SIGMA_SCHEDULES[self.sigma_schedule](sigmas, steps, self.sigma_min, self.sigma_max)
+            t = _sigma_to_t(sigmas, np.log(self._train_sigmas)).astype(np.float32)
+        last = self._train_sigmas[0] if self.final_sigmas_type == "sigma_min" else 0.0
+        sigmas = np.concatenate([sigmas, [last]]).astype(np.float32).astype(np.float64)
         # diffusers: the largest sigma for linspace and trailing spacing, sqrt(sigma^2 + 1) for leading.
         top = torch.tensor(sigmas.max(), dtype=torch.float32)
         init = float(top if self.timestep_spacing in ("linspace", "trailing") else (top ** 2 + 1) ** 0.5)
@@ -407,30 +473,34 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
 
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
-    lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min. A sample's first
-    step is first order; its later steps need the history of its previous step (steps must
-    follow each other: ``validate`` checks it). Not: karras / lu / exponential / beta /
-    flow sigmas, thresholding, SDE variants, order 1 or 3, heun, custom timesteps.
+    lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min; use_karras_sigmas
+    ("DPM++ 2M Karras") or use_exponential_sigmas. A sample's first step is first order; its
+    later steps need the history of its previous step (steps must follow each other:
+    ``validate`` checks it, and tells a repeated timestep's steps apart by it). Not: lu / beta
+    / flow sigmas, thresholding, SDE variants, order 1 or 3, heun, custom timesteps.
     """
 
     _state_rows = 1  # the last x0
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
-        "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type")
+        "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type", "use_karras_sigmas",
+        "use_exponential_sigmas")
     _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
-                    "thresholding": {False}, "use_karras_sigmas": {False, None}, "use_lu_lambdas": {False, None},
-                    "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
+                    "thresholding": {False}, "use_lu_lambdas": {False, None}, "use_beta_sigmas": {False, None},
                     "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
                     "lambda_min_clipped": {-float("inf")}, "rescale_betas_zero_snr": {False}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
-                 final_sigmas_type: str = "zero"):
+                 final_sigmas_type: str = "zero", use_karras_sigmas: bool | None = False,
+                 use_exponential_sigmas: bool | None = False):
         super().__init__(num_train_timesteps, prediction_type)
         if final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
         self._ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float()
+        self.beta_schedule = beta_schedule
+        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
         self.lower_order_final, self.euler_at_final = bool(lower_order_final), bool(euler_at_final)
         self.final_sigmas_type = final_sigmas_type
@@ -448,25 +518,41 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
             t = np.arange(T, 0, -T / steps).round().copy().astype(np.int64) - 1
         else:
             raise NotImplementedError(f"timestep_spacing {self.timestep_spacing!r} is not supported")
-        ac = self._ac.numpy()
         train_sigmas = (((1 - self._ac) / self._ac) ** 0.5).numpy()
-        sigmas = np.interp(t, np.arange(0, len(train_sigmas)), train_sigmas)
-        last = ((1 - ac[0]) / ac[0]) ** 0.5 if self.final_sigmas_type == "sigma_min" else 0
-        sigmas = np.concatenate([sigmas, [last]]).astype(np.float32).astype(np.float64)
+        if self.sigma_schedule is None:
+            sigmas = np.interp(t, np.arange(0, len(train_sigmas)), train_sigmas)
+        else:
+            sigmas = _SIGMA_SCHEDULES[self.sigma_schedule](np.flip(train_sigmas).copy(), steps, None, None)
+            fractional = _sigma_to_t(sigmas, np.log(train_sigmas))
+            # diffusers' integer timesteps: rounded where it rounds them, else truncated.
+            t = (fractional.round() if self._rounds_sigma_timesteps() else fractional).astype(np.int64)
+        sigmas = np.concatenate([sigmas, [self._last_sigma(sigmas, train_sigmas)]]).astype(np.float32).astype(np.float64)
         return SamplerRow("dpm_solver_pp_2m", self.prediction_type, t.astype(np.float64), sigmas,
                           final_first_order=self._final_first_order(len(t)))
 
+    def _rounds_sigma_timesteps(self) -> bool:
+        """Whether diffusers rounds the timesteps of a Karras or exponential schedule (DPM-Solver++:
+        Karras sigmas, except for squaredcos_cap_v2)."""
+        return self.sigma_schedule == "karras" and self.beta_schedule != "squaredcos_cap_v2"
+
+    def _last_sigma(self, sigmas: np.ndarray, train_sigmas: np.ndarray) -> float:
+        """The sigma after the last step: 0, or the training schedule's smallest."""
+        return float(train_sigmas[0]) if self.final_sigmas_type == "sigma_min" else 0.0
+
     def _final_first_order(self, steps: int) -> bool:
         return self.euler_at_final or (self.lower_order_final and steps < 15) or self.final_sigmas_type == "zero"
+
+    def _step_before(self, sample: int) -> int:
+        return -1 if self._last_step is None else int(self._last_step[sample])
 
     def _reset_state(self) -> None:
         self._state = None
         self._last_step = None
 
     def _check_timesteps(self, t: np.ndarray) -> np.ndarray:
-        steps = super()._check_timesteps(t)
         if self._last_step is None or len(self._last_step) != len(t):
             self._last_step = np.full(len(t), -1)
+        steps = super()._check_timesteps(t)
         for i, k in enumerate(steps):
             if k > 0 and self._last_step[i] != k - 1:
                 raise ValueError(f"sample {i} is at step {k} of its schedule but its history holds step "
@@ -492,18 +578,18 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     lower_order_final (without it, a final sigma of 0 makes the last order-2 step divide by
-    zero, in diffusers too); final sigma 0. Steps must follow each other from a sample's step 0.
-    Not: bh1, orders other than 2, disable_corrector, solver_p, karras / exponential / beta /
-    flow sigmas, thresholding.
+    zero, in diffusers too); final_sigmas_type zero / sigma_min; use_karras_sigmas or
+    use_exponential_sigmas. Steps must follow each other from a sample's step 0. Not: bh1,
+    orders other than 2, disable_corrector, solver_p, beta / flow sigmas, thresholding.
     """
 
     _state_rows = 3  # the last two x0 and the last corrected sample
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
-                    "timestep_spacing", "steps_offset", "lower_order_final")
+                    "timestep_spacing", "steps_offset", "lower_order_final", "final_sigmas_type", "use_karras_sigmas",
+                    "use_exponential_sigmas")
     _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
-                    "solver_p": {None}, "thresholding": {False}, "use_karras_sigmas": {False, None},
-                    "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
-                    "use_flow_sigmas": {False, None}, "final_sigmas_type": {"zero"}, "trained_betas": {None},
+                    "solver_p": {None}, "thresholding": {False}, "use_beta_sigmas": {False, None},
+                    "use_flow_sigmas": {False, None}, "trained_betas": {None},
                     "rescale_betas_zero_snr": {False}, "use_dynamic_shifting": {False}}
 
     @classmethod
@@ -514,9 +600,11 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
-                 steps_offset: int = 0, lower_order_final: bool = True):
+                 steps_offset: int = 0, lower_order_final: bool = True, final_sigmas_type: str = "zero",
+                 use_karras_sigmas: bool | None = False, use_exponential_sigmas: bool | None = False):
         super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
-                         steps_offset, lower_order_final=lower_order_final)
+                         steps_offset, lower_order_final=lower_order_final, final_sigmas_type=final_sigmas_type,
+                         use_karras_sigmas=use_karras_sigmas, use_exponential_sigmas=use_exponential_sigmas)
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
         row = super().sampler_row(num_inference_steps)
@@ -524,4 +612,12 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
 
     def _final_first_order(self, steps: int) -> bool:
         return self.lower_order_final  # UniPC lowers its last orders with lower_order_final alone
+
+    def _rounds_sigma_timesteps(self) -> bool:
+        return self.sigma_schedule == "karras"  # whatever the beta schedule, in UniPC
+
+    def _last_sigma(self, sigmas: np.ndarray, train_sigmas: np.ndarray) -> float:
+        if self.final_sigmas_type == "sigma_min" and self.sigma_schedule is not None:
+            return float(sigmas[-1])  # UniPC: the converted schedule's last sigma, repeated
+        return super()._last_sigma(sigmas, train_sigmas)
 
