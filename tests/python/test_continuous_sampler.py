@@ -65,6 +65,15 @@ def requests_for(seed, n, samplers=SAMPLERS, max_steps=9):
     return out
 
 
+def rescale_noise_cfg(noise_cfg, noise_pred_text, guidance_rescale):
+    """diffusers' pipelines' rescale_noise_cfg (pipeline_stable_diffusion.py), as written there
+    (importing it needs transformers)."""
+    std_text = noise_pred_text.std(dim=list(range(1, noise_pred_text.ndim)), keepdim=True)
+    std_cfg = noise_cfg.std(dim=list(range(1, noise_cfg.ndim)), keepdim=True)
+    noise_pred_rescaled = noise_cfg * (std_text / std_cfg)
+    return guidance_rescale * noise_pred_rescaled + (1 - guidance_rescale) * noise_cfg
+
+
 @torch.no_grad()
 def diffusers_alone(model, request, dtype, device="cpu", cond=None, neg=None, scale=None):
     """What a user writes today: the request alone through diffusers' scheduler (a pipeline's
@@ -84,6 +93,8 @@ def diffusers_alone(model, request, dtype, device="cpu", cond=None, neg=None, sc
             both = model(torch.cat([inp, inp]), t, **{k: torch.stack([cond[k], neg[k]]) for k in cond}).sample
             text, uncond = both.chunk(2)
             out = uncond + scale * (text - uncond)
+            if request.get("guidance_rescale"):
+                out = rescale_noise_cfg(out, text, guidance_rescale=request["guidance_rescale"])
         x = sched.step(out, t, x, **step_kwargs).prev_sample
     return x[0]
 
@@ -275,6 +286,33 @@ def test_classifier_free_guidance_per_request_float64():
     for request, (cond, neg, scale), result in zip(requests, conds, results):
         expected = diffusers_alone(model, request, torch.float64, cond=cond, neg=neg, scale=scale)
         assert_matches(result.latents, expected, rtol=1e-6)
+
+
+def test_guidance_rescale_per_request_on_zero_snr_schedules_float64():
+    """guidance_rescale (diffusers' rescale_noise_cfg) per request, beside requests without it
+    and unguided ones, on zero-terminal-SNR v-prediction schedules as its paper pairs them."""
+    model = tiny_conditional_unet()
+    g = torch.Generator().manual_seed(6)
+    zero_snr = dict(rescale_betas_zero_snr=True, prediction_type="v_prediction", timestep_spacing="trailing")
+    samplers = [("DDIMScheduler", zero_snr), ("EulerDiscreteScheduler", zero_snr),
+                ("DPMSolverMultistepScheduler", zero_snr), ("UniPCMultistepScheduler", {})]
+    requests, conds = [], []
+    for i, (scale, rescale) in enumerate([(7.5, 0.7), (5.0, 0.0), (None, 0.0), (3.0, 1.0), (6.0, 0.3)]):
+        name, config = samplers[i % len(samplers)]
+        cond = {"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)}
+        neg = {"encoder_hidden_states": torch.randn(5, 12, generator=g, dtype=torch.float64)}
+        conds.append((cond, neg if scale is not None else None, scale))
+        requests.append(dict(shape=SHAPES[i % len(SHAPES)], scheduler=name, scheduler_config=config,
+                             num_inference_steps=4 + i, seed=3000 + i, conditioning=cond, guidance_scale=scale,
+                             guidance_rescale=rescale, negative_conditioning=neg if scale is not None else None))
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4) as sampler:
+        results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests, waves=2)]
+    for request, (cond, neg, scale), result in zip(requests, conds, results):
+        expected = diffusers_alone(model, request, torch.float64, cond=cond, neg=neg, scale=scale)
+        # diffusers' Euler takes sigma_next - sigma in float32: from a zero-SNR start (sigma 4096,
+        # latents ~4096) that is off by ~2e-4, ~3e-6 of the result; octopus's float64 is not.
+        euler = request["scheduler"] == "EulerDiscreteScheduler"
+        assert_matches(result.latents, expected, rtol=1e-5 if euler else 1e-6)
 
 
 def float32_tolerance(request):
@@ -630,6 +668,9 @@ def test_bad_requests_are_refused_at_submit():
             (dict(), ValueError, r"needs its latent's shape: shape=\(4, 64, 64\), say, or noise="),
             (dict(noise=[[1.0]]), TypeError, "noise must be a tensor"),
             (dict(shape=(4, 8, 8), guidance_scale=5.0), ValueError, "guidance_scale"),
+            (dict(shape=(4, 8, 8), guidance_rescale=0.5), ValueError, "guidance_rescale needs guidance_scale"),
+            (dict(shape=(4, 8, 8), conditioning={"c": torch.zeros(3)}, guidance_scale=5.0, guidance_rescale=1.5,
+                  negative_conditioning={"c": torch.zeros(3)}), ValueError, r"guidance_rescale must be in \[0, 1\]"),
             (dict(shape=(4, 8, 8), conditioning={"c": torch.zeros(3)}, guidance_scale=5.0,
                   negative_conditioning={"c": torch.zeros(4)}), ValueError, "same keys and shapes"),
             (dict(shape=(4, 8, 8), conditioning={"c": [1, 2]}), TypeError, "conditioning"),

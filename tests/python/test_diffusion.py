@@ -54,6 +54,15 @@ CASES = [
     ("UniPCMultistepScheduler", dict(final_sigmas_type="sigma_min"), {}),
     ("UniPCMultistepScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min",
                                      prediction_type="v_prediction"), {}),
+    # Zero terminal SNR (with v-prediction and trailing spacing, as its paper pairs them).
+    ("DDIMScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction", timestep_spacing="trailing",
+                           beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), dict(eta=0.3)),
+    ("EulerDiscreteScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction",
+                                    timestep_spacing="trailing"), {}),
+    ("DPMSolverMultistepScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction",
+                                         timestep_spacing="trailing", use_karras_sigmas=True), {}),
+    ("UniPCMultistepScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction",
+                                     timestep_spacing="trailing"), {}),
 ]
 IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
 

@@ -361,7 +361,8 @@ class ContinuousSampler:
         if lane.changed:
             lane.arena.rebuild([m for m in self._active if m.lane is lane])
             lane.plans = lane.runner.plans(lane.arena, lambda m: (m.priority, m.cond, m.neg,
-                                                                  m.request.guidance_scale))
+                                                                  m.request.guidance_scale,
+                                                                  m.request.guidance_rescale))
             lane.sample_rows = to_device(np.array([m.slot for m in self._members(lane)], dtype=np.int64),
                                          self.device)
             lane.changed = False

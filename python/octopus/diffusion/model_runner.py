@@ -44,6 +44,7 @@ class GroupCall:
     guided: torch.Tensor | None   # local indices of the guided members (None: none is)
     all_guided: bool
     scales: torch.Tensor | None   # [c, 1, ...] their guidance scales (latent dtype)
+    rescales: torch.Tensor | None = None  # [c, 1, ...] their guidance_rescale (None: all 0)
 
 
 def model_output_of(result: Any) -> torch.Tensor:
@@ -159,6 +160,14 @@ def _family(key: Tuple[Any, ...]) -> Tuple[Any, ...]:
     return (x_shape[1:], dtype, tuple((k, shape[1:], kind) for k, shape, kind in kwargs))
 
 
+def _rescaled(guided: torch.Tensor, text: torch.Tensor, rescales: torch.Tensor) -> torch.Tensor:
+    """diffusers' ``rescale_noise_cfg`` per sample: the guided prediction blended, by each
+    sample's factor, with itself rescaled to the conditional prediction's standard deviation."""
+    dims = list(range(1, guided.dim()))
+    matched = guided * (text.std(dim=dims, keepdim=True) / guided.std(dim=dims, keepdim=True))
+    return rescales * matched + (1 - rescales) * guided
+
+
 class ModelRunner:
     """Runs the model for every group of an arena and fills its model-output buffer."""
 
@@ -173,7 +182,8 @@ class ModelRunner:
         self.graphs = CapturedCalls(model, max_graphs, device, capture_priority) if cuda_graphs else None
 
     def plans(self, arena: LatentArena, conditioning: Callable[[Any], Tuple[Any, ...]]) -> list[GroupCall]:
-        """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale)."""
+        """Each group's call plan; ``conditioning(member)`` gives (priority, cond, neg, scale,
+        rescale)."""
         plans: list[GroupCall] = []
         for group in arena.groups:
             infos = [conditioning(m) for m in group.members]
@@ -181,13 +191,18 @@ class ModelRunner:
             cond = {k: torch.stack([info[1][k] for info in infos]) for k in infos[0][1]}
             neg = {k: torch.stack([infos[j][2][k] for j in guided]) for k in infos[0][1]} if guided else {}
             scales: torch.Tensor | None = None
+            rescales: torch.Tensor | None = None
             guided_rows: torch.Tensor | None = None
             if guided:
+                per_sample = (-1, *(1,) * len(group.shape))
                 scales = to_device(torch.tensor([float(infos[j][3]) for j in guided], dtype=arena.dtype), self.device)
-                scales = scales.view(-1, *(1,) * len(group.shape))
+                scales = scales.view(per_sample)
+                if any(infos[j][4] for j in guided):
+                    rescales = to_device(torch.tensor([float(infos[j][4]) for j in guided], dtype=arena.dtype),
+                                         self.device).view(per_sample)
                 guided_rows = to_device(torch.tensor(guided, dtype=torch.int64), self.device)
             plans.append(GroupCall(group, max(info[0] for info in infos), cond, neg, guided_rows,
-                                   len(guided) == group.size, scales))
+                                   len(guided) == group.size, scales, rescales))
         return plans
 
     def run(self, arena: LatentArena, plans: Sequence[GroupCall], timesteps: torch.Tensor,
@@ -243,7 +258,7 @@ class ModelRunner:
         out = arena.group_output(group)
         try:
             self._guided_call(x, timesteps[rows], plan.cond, plan.neg, plan.guided, plan.all_guided, plan.scales,
-                              out)
+                              plan.rescales, out)
             return []
         except Exception as error:  # noqa: BLE001 (isolated below)
             if group.size == 1:
@@ -254,17 +269,18 @@ class ModelRunner:
             one = slice(j, j + 1)
             g = guided.index(j) if j in guided else None
             scales = plan.scales[g:g + 1] if g is not None and plan.scales is not None else None
+            rescales = plan.rescales[g:g + 1] if g is not None and plan.rescales is not None else None
             try:
                 self._guided_call(x[one], timesteps[rows][one], {k: v[one] for k, v in plan.cond.items()},
                                   {k: v[g:g + 1] for k, v in plan.neg.items()} if g is not None else {},
-                                  None, g is not None, scales, out[one])
+                                  None, g is not None, scales, rescales, out[one])
             except Exception as error:  # noqa: BLE001 (this sample's own failure)
                 failures.append((member, error))
         return failures
 
     def _guided_call(self, x: torch.Tensor, t: torch.Tensor, cond: Mapping[str, torch.Tensor],
                      neg: Mapping[str, torch.Tensor], guided: torch.Tensor | None, all_guided: bool,
-                     scales: torch.Tensor | None, out: torch.Tensor) -> None:
+                     scales: torch.Tensor | None, rescales: torch.Tensor | None, out: torch.Tensor) -> None:
         n = x.shape[0]
         if scales is None:
             out.copy_(self._call(x, t, cond))
@@ -273,14 +289,18 @@ class ModelRunner:
         if all_guided:
             both = self._call(torch.cat([x, x]), torch.cat([t, t]), kwargs)
             text, uncond = both[:n], both[n:]
-            torch.add(uncond, scales * (text - uncond), out=out)  # diffusers' formula, per sample
+            if rescales is None:
+                torch.add(uncond, scales * (text - uncond), out=out)  # diffusers' formula, per sample
+            else:
+                out.copy_(_rescaled(uncond + scales * (text - uncond), text, rescales))
             return
         rows = cast(torch.Tensor, guided)  # some members, not all, are guided: these
         x_g, t_g = x.index_select(0, rows), t.index_select(0, rows)
         both = self._call(torch.cat([x, x_g]), torch.cat([t, t_g]), kwargs)
         out.copy_(both[:n])
         text, uncond = both[:n].index_select(0, rows), both[n:]
-        out.index_copy_(0, rows, uncond + scales * (text - uncond))
+        guided_out = uncond + scales * (text - uncond)
+        out.index_copy_(0, rows, guided_out if rescales is None else _rescaled(guided_out, text, rescales))
 
     def _call(self, x: torch.Tensor, t: torch.Tensor, kwargs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         result = self.graphs(x, t, kwargs) if self.graphs is not None else model_output_of(self.model(x, t, **kwargs))

@@ -48,6 +48,9 @@ class SamplingRequest:
         negative_conditioning: the unconditional counterpart, for classifier-free guidance.
         guidance_scale: classifier-free guidance ``uncond + scale * (cond - uncond)``, the
             model run on both halves in one batch; None: no guidance.
+        guidance_rescale: diffusers' ``rescale_noise_cfg`` (Lin et al. 2023, for zero-SNR
+            models) on the guided prediction: blended with itself rescaled to the standard
+            deviation of the conditional prediction, by this factor in [0, 1] (0: off).
         eta: DDIM's stochasticity (needs ``seed``).
         mu: the time shift of a flow-matching scheduler with use_dynamic_shifting.
         priority: ``"low"``, ``"normal"``, ``"high"`` or an int (higher first).
@@ -69,6 +72,7 @@ class SamplingRequest:
     conditioning: Mapping[str, torch.Tensor] | None = None
     negative_conditioning: Mapping[str, torch.Tensor] | None = None
     guidance_scale: float | None = None
+    guidance_rescale: float = 0.0
     eta: float = 0.0
     mu: float | None = None
     priority: int | str = "normal"
@@ -188,4 +192,8 @@ def check_request(request: SamplingRequest) -> tuple[tuple[int, ...], int, float
             raise ValueError(f"guidance_scale must be finite, got {request.guidance_scale}")
     elif request.negative_conditioning is not None:
         raise ValueError("negative_conditioning without guidance_scale would be unused")
+    if not 0.0 <= float(request.guidance_rescale) <= 1.0:
+        raise ValueError(f"guidance_rescale must be in [0, 1], got {request.guidance_rescale}")
+    if request.guidance_rescale and request.guidance_scale is None:
+        raise ValueError("guidance_rescale needs guidance_scale (it rescales the guided prediction)")
     return shape, priority, deadline

@@ -37,8 +37,23 @@ sample as it is)."""
 _Scheduler = TypeVar("_Scheduler", bound="_BatchedScheduler")
 
 
-def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float) -> torch.Tensor:
-    """diffusers' training schedule (computed in float32 as diffusers does), as float64."""
+def _zero_terminal_snr(betas: torch.Tensor) -> torch.Tensor:
+    """diffusers' ``rescale_zero_terminal_snr`` (Lin et al. 2023), in float32 as diffusers: the
+    betas shifted and scaled so that the last timestep's signal is exactly zero."""
+    alphas_bar_sqrt = torch.cumprod(1.0 - betas, dim=0).sqrt()
+    first, last = alphas_bar_sqrt[0].clone(), alphas_bar_sqrt[-1].clone()
+    alphas_bar_sqrt -= last
+    alphas_bar_sqrt *= first / (first - last)
+    alphas_bar = alphas_bar_sqrt ** 2
+    alphas = torch.cat([alphas_bar[0:1], alphas_bar[1:] / alphas_bar[:-1]])
+    return 1 - alphas
+
+
+def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float,
+                    rescale_betas_zero_snr: bool = False) -> torch.Tensor:
+    """diffusers' training schedule (computed in float32 as diffusers does), as float64; with
+    ``rescale_betas_zero_snr``, rescaled to a zero terminal SNR (the last entry is then 0: the
+    sigma schedulers put diffusers' 2**-24 there, so that the first sigma is finite)."""
     if beta_schedule == "linear":
         betas = torch.linspace(beta_start, beta_end, num_train_timesteps, dtype=torch.float32)
     elif beta_schedule == "scaled_linear":
@@ -51,7 +66,19 @@ def _alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: fl
     else:
         raise NotImplementedError(f"beta_schedule {beta_schedule!r} is not supported "
                                   "(use 'linear', 'scaled_linear' or 'squaredcos_cap_v2')")
+    if rescale_betas_zero_snr:
+        betas = _zero_terminal_snr(betas)
     return torch.cumprod(1.0 - betas, dim=0).double()
+
+
+def _sigma_alphas_cumprod(num_train_timesteps: int, beta_schedule: str, beta_start: float, beta_end: float,
+                          rescale_betas_zero_snr: bool) -> torch.Tensor:
+    """The float32 training schedule of the sigma schedulers: a zero-SNR one ends at 2**-24,
+    as diffusers', not 0 (its first sigma would be infinite)."""
+    ac = _alphas_cumprod(num_train_timesteps, beta_schedule, beta_start, beta_end, rescale_betas_zero_snr).float()
+    if rescale_betas_zero_snr:
+        ac[-1] = 2 ** -24
+    return ac
 
 
 def _spaced(num_train_timesteps: int, steps: int, spacing: str, steps_offset: int, integer: bool) -> np.ndarray:
@@ -270,20 +297,22 @@ class DDIMScheduler(_BatchedScheduler):
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing leading / trailing / linspace;
     clip_sample (+ clip_sample_range), set_alpha_to_one, steps_offset; eta >= 0 with a
-    noise tensor or a generator; use_clipped_model_output. Not: thresholding,
-    rescale_betas_zero_snr.
+    noise tensor or a generator; use_clipped_model_output; rescale_betas_zero_snr (with
+    v_prediction and trailing spacing, as its paper pairs them). Not: thresholding.
     """
 
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
-                    "clip_sample", "clip_sample_range", "set_alpha_to_one", "steps_offset", "timestep_spacing")
-    _unsupported = {"thresholding": {False}, "rescale_betas_zero_snr": {False}, "trained_betas": {None}}
+                    "clip_sample", "clip_sample_range", "set_alpha_to_one", "steps_offset", "timestep_spacing",
+                    "rescale_betas_zero_snr")
+    _unsupported = {"thresholding": {False}, "trained_betas": {None}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", clip_sample: bool = True,
                  clip_sample_range: float = 1.0, set_alpha_to_one: bool = True, steps_offset: int = 0,
-                 timestep_spacing: str = "leading"):
+                 timestep_spacing: str = "leading", rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, prediction_type)
-        self.alphas_cumprod = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end)
+        self.alphas_cumprod = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
+                                              bool(rescale_betas_zero_snr))
         self.final_alpha_cumprod = 1.0 if set_alpha_to_one else float(self.alphas_cumprod[0])
         self.clip_sample, self.clip_sample_range = bool(clip_sample), float(clip_sample_range)
         self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
@@ -360,26 +389,28 @@ class EulerDiscreteScheduler(_SigmaScheduler):
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     interpolation_type linear; use_karras_sigmas or use_exponential_sigmas (with sigma_min /
-    sigma_max); final_sigmas_type zero / sigma_min; s_churn = 0 (the default). Not: beta
-    sigmas, rescale_betas_zero_snr.
+    sigma_max); final_sigmas_type zero / sigma_min; rescale_betas_zero_snr; s_churn = 0 (the
+    default). Not: beta sigmas.
     """
 
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "sigma_min",
-                    "sigma_max", "final_sigmas_type")
-    _unsupported = {"use_beta_sigmas": {False, None}, "rescale_betas_zero_snr": {False},
-                    "interpolation_type": {"linear"}, "trained_betas": {None}, "timestep_type": {"discrete"}}
+                    "sigma_max", "final_sigmas_type", "rescale_betas_zero_snr")
+    _unsupported = {"use_beta_sigmas": {False, None}, "interpolation_type": {"linear"}, "trained_betas": {None},
+                    "timestep_type": {"discrete"}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, use_karras_sigmas: bool | None = False,
                  use_exponential_sigmas: bool | None = False, sigma_min: float | None = None,
-                 sigma_max: float | None = None, final_sigmas_type: str = "zero"):
+                 sigma_max: float | None = None, final_sigmas_type: str = "zero",
+                 rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, prediction_type)
         if final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
-        ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float().numpy()
-        self._train_sigmas = np.array(((1 - ac) / ac) ** 0.5)
+        ac = _sigma_alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
+                                   bool(rescale_betas_zero_snr))
+        self._train_sigmas = (((1 - ac) / ac) ** 0.5).numpy()  # torch's float32 pow, as diffusers
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
         self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
         self.sigma_min, self.sigma_max, self.final_sigmas_type = sigma_min, sigma_max, final_sigmas_type
@@ -484,21 +515,22 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
         "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type", "use_karras_sigmas",
-        "use_exponential_sigmas")
+        "use_exponential_sigmas", "rescale_betas_zero_snr")
     _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
                     "thresholding": {False}, "use_lu_lambdas": {False, None}, "use_beta_sigmas": {False, None},
                     "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
-                    "lambda_min_clipped": {-float("inf")}, "rescale_betas_zero_snr": {False}}
+                    "lambda_min_clipped": {-float("inf")}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
                  final_sigmas_type: str = "zero", use_karras_sigmas: bool | None = False,
-                 use_exponential_sigmas: bool | None = False):
+                 use_exponential_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, prediction_type)
         if final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
-        self._ac = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end).float()
+        self._ac = _sigma_alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
+                                         bool(rescale_betas_zero_snr))
         self.beta_schedule = beta_schedule
         self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
@@ -586,11 +618,10 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     _state_rows = 3  # the last two x0 and the last corrected sample
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final", "final_sigmas_type", "use_karras_sigmas",
-                    "use_exponential_sigmas")
+                    "use_exponential_sigmas", "rescale_betas_zero_snr")
     _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
                     "solver_p": {None}, "thresholding": {False}, "use_beta_sigmas": {False, None},
-                    "use_flow_sigmas": {False, None}, "trained_betas": {None},
-                    "rescale_betas_zero_snr": {False}, "use_dynamic_shifting": {False}}
+                    "use_flow_sigmas": {False, None}, "trained_betas": {None}, "use_dynamic_shifting": {False}}
 
     @classmethod
     def from_config(cls: type[_Scheduler], config: Any, **overrides: Any) -> _Scheduler:
@@ -601,10 +632,12 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, final_sigmas_type: str = "zero",
-                 use_karras_sigmas: bool | None = False, use_exponential_sigmas: bool | None = False):
+                 use_karras_sigmas: bool | None = False, use_exponential_sigmas: bool | None = False,
+                 rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
                          steps_offset, lower_order_final=lower_order_final, final_sigmas_type=final_sigmas_type,
-                         use_karras_sigmas=use_karras_sigmas, use_exponential_sigmas=use_exponential_sigmas)
+                         use_karras_sigmas=use_karras_sigmas, use_exponential_sigmas=use_exponential_sigmas,
+                         rescale_betas_zero_snr=rescale_betas_zero_snr)
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
         row = super().sampler_row(num_inference_steps)
