@@ -85,6 +85,9 @@ def diffusers_alone(model, request, dtype, device="cpu", cond=None, neg=None, sc
     x = torch.randn(request["shape"], generator=g, dtype=dtype)[None].to(device)
     x = x * getattr(sched, "init_noise_sigma", 1.0)
     step_kwargs = dict(eta=request["eta"], generator=g) if "eta" in request else {}
+    if request["scheduler"] in ("DDPMScheduler", "EulerAncestralDiscreteScheduler") or \
+            request["scheduler_config"].get("algorithm_type") == "sde-dpmsolver++":
+        step_kwargs = dict(generator=g)  # the step noise continues the request's generator
     for t in sched.timesteps:
         inp = sched.scale_model_input(x, t) if hasattr(sched, "scale_model_input") else x
         if scale is None:
@@ -120,7 +123,8 @@ def submit_in_waves(sampler, requests, waves=3):
 
 
 def test_codes_come_from_the_library():
-    assert od.SAMPLER_KINDS == ("ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc")
+    assert od.SAMPLER_KINDS == ("ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc", "euler_ancestral",
+                                "dpm_solver_pp_2m_sde", "ddpm")
     assert od.PREDICTION_TYPES == ("epsilon", "v_prediction", "sample", "flow")
 
 
@@ -157,6 +161,31 @@ def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float6
         assert result.iterations == request["num_inference_steps"]
         # diffusers computes coefficients from float32 sigmas in float32: ~2e-6 drift over 50 steps.
         assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-5)
+
+
+# The stochastic samplers, each request's noise drawn from its own generator.
+STOCHASTIC = [
+    ("DDPMScheduler", {}, {}),
+    ("DDPMScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing", clip_sample=False), {}),
+    ("EulerAncestralDiscreteScheduler", {}, {}),
+    ("EulerAncestralDiscreteScheduler", dict(prediction_type="v_prediction", timestep_spacing="leading",
+                                             steps_offset=1), {}),
+    ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++"), {}),
+    ("DDIMScheduler", {}, dict(eta=0.5)),
+]
+
+
+def test_stochastic_requests_mixed_with_deterministic_ones_match_diffusers_alone_float64():
+    """Each stochastic request draws its step noise from its own generator, in diffusers'
+    order (DDPM none at timestep 0; DPM-Solver++ SDE in float32), whatever shares its batch:
+    its result equals diffusers run alone with the same seed."""
+    model = tiny_unet()
+    requests = requests_for(20, 12, samplers=STOCHASTIC + SAMPLERS[3:5] + SAMPLERS[7:8])
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4) as sampler:
+        results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests)]
+    assert any(r["scheduler"] == "DDPMScheduler" for r in requests)
+    for request, result in zip(requests, results):
+        assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-6)
 
 
 def test_priority_lane_iterates_high_priority_samples_apart_and_matches_diffusers_float64():
@@ -662,7 +691,6 @@ def test_bad_requests_are_refused_at_submit():
             (dict(shape=(4, 8, 8), scheduler="HeunDiscreteScheduler"), ValueError, "not fused"),
             (dict(shape=(4, 8, 8), scheduler=3), TypeError, "scheduler"),
             (dict(shape=(4, 8, 8), scheduler="EulerDiscreteScheduler", eta=0.5), ValueError, "eta"),
-            (dict(shape=(4, 8, 8), eta=0.5), ValueError, "seed"),
             (dict(shape=(4, 8, 8), scheduler_config={"thresholding": True}), NotImplementedError, "thresholding"),
             (dict(shape=(4, 8, 8), noise=torch.zeros(4, 8, 9)), ValueError, r"noise must have the request's shape"),
             (dict(), ValueError, r"needs its latent's shape: shape=\(4, 64, 64\), say, or noise="),

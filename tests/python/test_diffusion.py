@@ -63,8 +63,28 @@ CASES = [
                                          timestep_spacing="trailing", use_karras_sigmas=True), {}),
     ("UniPCMultistepScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction",
                                      timestep_spacing="trailing"), {}),
+    # Stochastic samplers: each sample's noise at each step as diffusers draws it (from a
+    # generator seeded per sample and step, or given).
+    ("DDPMScheduler", {}, dict(noise=True)),
+    ("DDPMScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing", clip_sample=False,
+                           beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), dict(noise=True)),
+    ("DDPMScheduler", dict(prediction_type="sample", timestep_spacing="linspace", rescale_betas_zero_snr=True),
+     dict(noise=True)),
+    ("EulerAncestralDiscreteScheduler", {}, dict(noise=True)),
+    ("EulerAncestralDiscreteScheduler", dict(prediction_type="v_prediction", timestep_spacing="trailing",
+                                             beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012),
+     dict(noise=True)),
+    ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++"), dict(noise=True)),
+    ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++", use_karras_sigmas=True,
+                                         final_sigmas_type="sigma_min", prediction_type="v_prediction"),
+     dict(noise=True)),
 ]
 IDS = [f"{name}-{i}" for i, (name, _, _) in enumerate(CASES)]
+
+
+def _seeded_noise(j, i, shape, dtype):
+    """Sample i's step noise at iteration j, as diffusers draws it from a generator so seeded."""
+    return torch.randn((1, *shape), generator=torch.Generator().manual_seed(1000 * j + i), dtype=dtype)
 
 
 def _reference_run(name, config, options, steps, starts, latents, outputs, noises):
@@ -83,6 +103,11 @@ def _reference_run(name, config, options, steps, starts, latents, outputs, noise
                 step_kwargs = dict(eta=options["eta"], variance_noise=noises[j][i:i + 1])
             if "use_clipped_model_output" in options:
                 step_kwargs["use_clipped_model_output"] = True
+            if options.get("noise"):
+                if name == "DPMSolverMultistepScheduler":  # (it draws float32: given, it is cast so)
+                    step_kwargs["variance_noise"] = _seeded_noise(j, i, x.shape[1:], x.dtype)
+                else:
+                    step_kwargs["generator"] = torch.Generator().manual_seed(1000 * j + i)
             x = sched.step(outputs[j][i:i + 1], t, x, **step_kwargs).prev_sample
         results.append(x)
     return torch.cat(results)
@@ -110,6 +135,9 @@ def _octopus_run(name, config, options, steps, starts, latents, outputs, noises,
             step_kwargs = dict(eta=options["eta"], variance_noise=x.with_values(noise.reshape(-1)) if ragged else noise)
         if "use_clipped_model_output" in options:
             step_kwargs["use_clipped_model_output"] = True
+        if options.get("noise"):
+            noise = torch.cat([_seeded_noise(j, i, latents.shape[1:], latents.dtype) for i in range(n)]).to(device)
+            step_kwargs = dict(variance_noise=x.with_values(noise.reshape(-1)) if ragged else noise)
         x = sched.step(m, x, torch.tensor(t), **step_kwargs)
     if ragged:
         return x.values.view(latents.shape).cpu()
@@ -224,10 +252,12 @@ def test_return_x0_and_half_precision():
         torch.testing.assert_close(low.float(), prev, rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("name", ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
-                                  "DPMSolverMultistepScheduler", "UniPCMultistepScheduler"])
-def test_opcheck(device, name):
-    sched = getattr(od, name)()
+@pytest.mark.parametrize("name, config", [
+    ("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("FlowMatchEulerDiscreteScheduler", {}),
+    ("DPMSolverMultistepScheduler", {}), ("UniPCMultistepScheduler", {}), ("DDPMScheduler", {}),
+    ("EulerAncestralDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++"))])
+def test_opcheck(device, name, config):
+    sched = getattr(od, name)(**config)
     sched.set_timesteps(8, device=device)
     timesteps = sched.timesteps if isinstance(sched.timesteps, torch.Tensor) else sched.timesteps[0]
     x = torch.randn(3, 2, 4, 4, device=device)
@@ -236,6 +266,8 @@ def test_opcheck(device, name):
     t = timesteps[:3].double().to(device)
     args = (m.reshape(-1), x.reshape(-1), offsets, t, *sched._tables)
     kwargs = dict(return_x0=True)
+    if sched._rows[0].stochastic:
+        kwargs["noise"] = torch.randn_like(x).reshape(-1)
     if sched._rows[0].state_rows:
         kwargs["state"] = torch.randn(sched._rows[0].state_rows, 96, device=device)
     torch.library.opcheck(torch.ops.octopus.sampler_step.default, args, kwargs)
@@ -334,6 +366,9 @@ def _mixed_rows():
             od.DPMSolverMultistepScheduler().sampler_row(9),
             od.DPMSolverMultistepScheduler(prediction_type="v_prediction").sampler_row(20),
             od.UniPCMultistepScheduler().sampler_row(8),
+            od.DDPMScheduler(prediction_type="v_prediction").sampler_row(11),
+            od.EulerAncestralDiscreteScheduler().sampler_row(9),
+            od.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++").sampler_row(7),
             od.UniPCMultistepScheduler(prediction_type="sample", lower_order_final=False).sampler_row(30)]
 
 
@@ -349,7 +384,7 @@ def test_one_launch_of_mixed_samplers_equals_each_sampler_alone(device, dtype):
     rows = _mixed_rows()
     g = torch.Generator().manual_seed(4)
     # Samples (ragged, one empty) in shuffled rows; two share a row; rows[-1] is used by none.
-    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1]
+    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1, 9, 8, 10, 9]
     sizes = [4 * int(torch.randint(0, 30, (1,), generator=g)) for _ in sample_rows]
     sizes[4] = 0
     offsets = torch.tensor([0] + sizes).cumsum(0).to(device)
@@ -419,8 +454,12 @@ def test_bad_rows_get_clear_errors():
         call(state_=None)
     with pytest.raises(ValueError, match="unipc, which needs a state of 3 rows"):
         call(rows_=torch.tensor([0, 7]))
-    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 9"):
+    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 12"):
+        call(rows_=torch.tensor([0, 12]))
+    with pytest.raises(ValueError, match="euler_ancestral, which adds noise at its steps: pass noise"):
         call(rows_=torch.tensor([0, 9]))
+    with pytest.raises(ValueError, match="ddim with eta > 0, which adds noise"):
+        call(rows_=torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="one entry per sample"):
         call(rows_=torch.tensor([0]))
     with pytest.raises(ValueError, match="1 row or one per sample"):

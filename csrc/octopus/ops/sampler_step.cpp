@@ -27,7 +27,7 @@ void check_table(const at::Tensor& t, const char* name, c10::ScalarType dtype, c
                     "), got ", t.device());
 }
 
-bool is_sigma_kind(int64_t kind) { return kind != static_cast<int64_t>(SamplerKind::DDIM); }
+bool is_sigma_kind(int64_t kind) { return !has_alphas_table(static_cast<SamplerKind>(kind)); }
 
 // Every row's contents, read on the host (CPU tables only). Rows no sample reads (free
 // slots of a caller's tables) must be well formed; the state a sampler needs is checked for
@@ -71,10 +71,18 @@ void check_row_contents(const SamplerStepArgs& a) {
     TORCH_CHECK_VALUE(scalars[RowScalars::kClipRange] >= 0.0, "row_scalars[", r,
                       "]: clip_range must be non-negative (0: no clipping), got ", scalars[RowScalars::kClipRange]);
     if (!used[r]) continue;
-    TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) || state_rows >= 1,
-                      "row ", r, " is dpm_solver_pp_2m, which needs a state of at least 1 row (its last x0)");
+    TORCH_CHECK_VALUE((kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) &&
+                       kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2MSDE)) || state_rows >= 1,
+                      "row ", r, " is ", name, ", which needs a state of at least 1 row (its last x0)");
     TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::UniPC) || state_rows == 3, "row ", r,
                       " is unipc, which needs a state of 3 rows (its last two x0 and its last corrected sample)");
+    const bool noisy = kind == static_cast<int64_t>(SamplerKind::EulerAncestral) ||
+                       kind == static_cast<int64_t>(SamplerKind::DPMSolverPP2MSDE) ||
+                       kind == static_cast<int64_t>(SamplerKind::DDPM) ||
+                       (kind == static_cast<int64_t>(SamplerKind::DDIM) && scalars[RowScalars::kEta] > 0.0);
+    TORCH_CHECK_VALUE(!noisy || a.noise.defined(), "row ", r, " is ", name,
+                      scalars[RowScalars::kEta] > 0.0 ? " with eta > 0" : "",
+                      ", which adds noise at its steps: pass noise (the step's standard normal draws)");
   }
 }
 

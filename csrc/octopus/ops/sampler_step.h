@@ -1,7 +1,8 @@
 // One diffusion sampler step for a whole batch, each sample at its own timestep.
 //
-// Every fused sampler (DDIM, Euler, flow-matching Euler, DPM-Solver++ 2M, UniPC bh2) is,
-// per sample, a linear update with coefficients that depend only on that sample's step:
+// Every fused sampler (DDIM, DDPM, Euler, Euler ancestral, flow-matching Euler, DPM-Solver++
+// 2M and its SDE variant, UniPC bh2) is, per sample, a linear update with coefficients that
+// depend only on that sample's step (the stochastic ones add s * z, z the step's noise):
 //   x0   = clip(a * x + b * m)                  (the predicted clean sample)
 //   xs   = e * x + cl * L + c1 * h + c2 * h2 + cx * x0   (UniPC's corrected sample; else x)
 //   prev = p * xs + q * x0 + r * m + s * z + u * h
@@ -78,7 +79,7 @@ OCTOPUS_HD SamplerRow sampler_row(const SamplerParams& P, int64_t row) {
   // A sigma row reads sigmas[k + 1] for its last step k = length - 1 (tables are at least
   // two entries wide).
   const int64_t max_length =
-      r.kind == SamplerKind::DDIM ? P.schedule_width : clamp_to(r.table_length - 1, 1, P.schedule_width);
+      has_alphas_table(r.kind) ? P.schedule_width : clamp_to(r.table_length - 1, 1, P.schedule_width);
   r.length = clamp_to(info[RowInfo::kLength], 1, max_length);
   r.step_ratio = info[RowInfo::kStepRatio];
   r.final_first_order = info[RowInfo::kFinalFirstOrder] != 0;
@@ -131,6 +132,30 @@ OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
   return k;
 }
 
+// DDPM (variance "fixed_small"): prev = c_x0 * x0 + c_x * x + sqrt(variance) * z towards the
+// schedule's next timestep (alphas_cumprod 1 after the last), no noise at timestep 0.
+OCTOPUS_HD StepCoefficients ddpm_coefficients(const SamplerRow& R, double t) {
+  const int64_t step = schedule_index(R.schedule, R.length, t);
+  const int64_t ti = clamp_to(static_cast<int64_t>(llround(R.schedule[step])), 0, R.table_length - 1);
+  const int64_t prev = step + 1 < R.length ? static_cast<int64_t>(llround(R.schedule[step + 1])) : -1;
+  const double at = R.table[ti];
+  const double ap = prev >= 0 ? R.table[clamp_to(prev, 0, R.table_length - 1)] : 1.0;
+  const double bt = 1.0 - at, bp = 1.0 - ap, sa = sqrt(at), sb = sqrt(bt);
+  const double current_alpha = at / ap, current_beta = 1.0 - current_alpha;
+  StepCoefficients k{};
+  switch (R.prediction) {
+    case Prediction::Epsilon: k.a = 1.0 / sa; k.b = -sb / sa; break;
+    case Prediction::Sample: k.a = 0.0; k.b = 1.0; break;
+    default: k.a = sa; k.b = -sb; break;  // v-prediction
+  }
+  k.clip = R.clip_range;
+  k.q = sqrt(ap) * current_beta / bt;
+  k.p = sqrt(current_alpha) * bp / bt;
+  const double variance = bp / bt * current_beta;
+  k.s = ti > 0 ? sqrt(variance > 1e-20 ? variance : 1e-20) : 0.0;
+  return k;
+}
+
 OCTOPUS_HD void alpha_sigma(double sigma, double* alpha, double* sigma_t) {
   *alpha = 1.0 / sqrt(sigma * sigma + 1.0);
   *sigma_t = sigma * *alpha;
@@ -145,13 +170,19 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
     c.a = 1.0; c.b = -sigma; c.p = 1.0; c.r = next - sigma;
     return c;
   }
-  if (R.kind == SamplerKind::Euler) {
+  if (R.kind == SamplerKind::Euler || R.kind == SamplerKind::EulerAncestral) {
     switch (R.prediction) {
       case Prediction::Epsilon: c.a = 1.0; c.b = -sigma; break;
       case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
       default: c.a = 1.0 / (sigma * sigma + 1.0); c.b = -sigma / sqrt(sigma * sigma + 1.0); break;
     }
-    const double dt = next - sigma;  // prev = x + (x - x0) / sigma * dt
+    double to = next;  // ancestral: down to sigma_down, then noise of sigma_up
+    if (R.kind == SamplerKind::EulerAncestral) {
+      const double up = sqrt(next * next * (sigma * sigma - next * next) / (sigma * sigma));
+      to = sqrt(next * next - up * up);
+      c.s = up;
+    }
+    const double dt = to - sigma;  // prev = x + (x - x0) / sigma * dt
     c.p = 1.0 + dt / sigma;
     c.q = -dt / sigma;
     return c;
@@ -168,16 +199,21 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
   const double lambda_t = log(alpha_t) - log(sigma_t);
   const double lambda_s0 = log(alpha_s0) - log(sigma_s0);
   const double h = lambda_t - lambda_s0;
-  const double phi = alpha_t * (exp(-h) - 1.0);
-  c.p = sigma_t / sigma_s0;
-  c.q = -phi;
+  // The x0 weight of a first-order step, and the sample's: ODE (prev = sigma_t / sigma_s0 x
+  // - phi x0) or SDE (prev = sigma_t / sigma_s0 e^-h x + alpha_t (1 - e^-2h) x0
+  // + sigma_t sqrt(1 - e^-2h) z).
+  const bool sde = R.kind == SamplerKind::DPMSolverPP2MSDE;
+  const double weight = sde ? alpha_t * (1.0 - exp(-2.0 * h)) : -alpha_t * (exp(-h) - 1.0);  // as diffusers
+  c.p = sde ? sigma_t / sigma_s0 * exp(-h) : sigma_t / sigma_s0;
+  c.q = weight;
+  if (sde) c.s = sigma_t * sqrt(1.0 - exp(-2.0 * h));
   const bool first_order = k == 0 || (k == length - 1 && R.final_first_order);
   if (!first_order) {
     double alpha_s1, sigma_s1;
     alpha_sigma(sigmas[k - 1], &alpha_s1, &sigma_s1);
     const double r0 = (lambda_s0 - (log(alpha_s1) - log(sigma_s1))) / h;
-    c.q = -phi * (1.0 + 0.5 / r0);  // D0 = x0, D1 = (x0 - h) / r0
-    c.u = 0.5 * phi / r0;
+    c.q = weight * (1.0 + 0.5 / r0);  // D0 = x0, D1 = (x0 - h) / r0
+    c.u = -0.5 * weight / r0;
   }
   return c;
 }
@@ -273,6 +309,7 @@ OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, 
   const SamplerRow r = sampler_row(P, row);
   switch (r.kind) {
     case SamplerKind::DDIM: return ddim_coefficients(r, t);
+    case SamplerKind::DDPM: return ddpm_coefficients(r, t);
     case SamplerKind::UniPC: return unipc_coefficients(r, t);
     default: return sigma_coefficients(r, t);
   }

@@ -7,10 +7,17 @@
 
 namespace octopus {
 
-enum class SamplerKind : int64_t { DDIM, Euler, FlowEuler, DPMSolverPP2M, UniPC };
-inline constexpr const char* kSamplerKindNames[] = {"ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc"};
+// The stochastic kinds (euler_ancestral, dpm_solver_pp_2m_sde, ddpm; ddim with eta > 0) read
+// the step's noise; the others never do. New kinds go at the end: the codes are stable.
+enum class SamplerKind : int64_t { DDIM, Euler, FlowEuler, DPMSolverPP2M, UniPC, EulerAncestral, DPMSolverPP2MSDE, DDPM };
+inline constexpr const char* kSamplerKindNames[] = {"ddim",           "euler",           "flow_euler",
+                                                    "dpm_solver_pp_2m", "unipc",         "euler_ancestral",
+                                                    "dpm_solver_pp_2m_sde", "ddpm"};
 inline constexpr int64_t kSamplerKinds = sizeof(kSamplerKindNames) / sizeof(kSamplerKindNames[0]);
-static_assert(kSamplerKinds == static_cast<int64_t>(SamplerKind::UniPC) + 1, "a name per sampler kind");
+static_assert(kSamplerKinds == static_cast<int64_t>(SamplerKind::DDPM) + 1, "a name per sampler kind");
+
+// Kinds whose table is alphas_cumprod indexed by timestep (the others: one sigma per step and the final one).
+inline constexpr bool has_alphas_table(SamplerKind kind) { return kind == SamplerKind::DDIM || kind == SamplerKind::DDPM; }
 
 // What the model predicts: noise, v, the clean sample, or a flow-matching velocity (the
 // one prediction of flow_euler, and only of it).
@@ -26,8 +33,8 @@ struct RowInfo {
     kPrediction,          // Prediction
     kLength,              // steps in the row's schedule
     kTableLength,         // entries of the row's table in use (ddim: num_train_timesteps; others: length + 1)
-    kStepRatio,           // ddim: num_train_timesteps // num_inference_steps
-    kFinalFirstOrder,     // dpm_solver_pp_2m: the last step is first order; unipc: lower_order_final
+    kStepRatio,           // ddim, ddpm: num_train_timesteps // num_inference_steps
+    kFinalFirstOrder,     // dpm_solver_pp_2m(_sde): the last step is first order; unipc: lower_order_final
     kClippedModelOutput,  // ddim: use_clipped_model_output
     kColumns
   };
@@ -41,7 +48,7 @@ struct RowScalars {
   enum Column : int {
     kFinalAlphaCumprod,  // alphas_cumprod before the first training step (set_alpha_to_one)
     kEta,                // the stochastic share of a step (>= 0)
-    kClipRange,          // the x0 prediction is clipped to [-clip, clip]; 0: no clipping
+    kClipRange,          // ddim, ddpm: the x0 prediction is clipped to [-clip, clip]; 0: no clipping
     kColumns
   };
   static constexpr const char* kNames[kColumns] = {"final_alpha_cumprod", "eta", "clip_range"};

@@ -1,9 +1,10 @@
 """Per-sample diffusion sampler steps, and the continuous sampler they enable.
 
-- Batched versions of diffusers' schedulers (:class:`DDIMScheduler`,
-  :class:`EulerDiscreteScheduler`, :class:`FlowMatchEulerDiscreteScheduler`,
-  :class:`DPMSolverMultistepScheduler`, :class:`UniPCMultistepScheduler`): one fused launch
-  steps a batch in which every sample is at its own timestep of its own schedule.
+- Batched versions of diffusers' schedulers (:class:`DDIMScheduler`, :class:`DDPMScheduler`,
+  :class:`EulerDiscreteScheduler`, :class:`EulerAncestralDiscreteScheduler`,
+  :class:`FlowMatchEulerDiscreteScheduler`, :class:`DPMSolverMultistepScheduler`,
+  :class:`UniPCMultistepScheduler`): one fused launch steps a batch in which every sample is
+  at its own timestep of its own schedule.
 - :class:`ContinuousSampler`: requests of any latent shape, sampler, step count, guidance
   scale and priority join a running batch at any step and leave when done; one model call
   per latent shape and one fused step for all per iteration.
@@ -16,10 +17,11 @@ from .per_sample_stepper import PerSampleStepper
 from .continuous import ContinuousSampler
 from .requests import SampleResult, SamplingRequest
 from .rows import PREDICTION_TYPES, SAMPLER_KINDS, SamplerRow
-from .schedulers import (DDIMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
-                         FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)
+from .schedulers import (DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
+                         EulerDiscreteScheduler, FlowMatchEulerDiscreteScheduler, UniPCMultistepScheduler)
 
-__all__ = ["DDIMScheduler", "EulerDiscreteScheduler", "FlowMatchEulerDiscreteScheduler",
+__all__ = ["DDIMScheduler", "DDPMScheduler", "EulerDiscreteScheduler", "EulerAncestralDiscreteScheduler",
+           "FlowMatchEulerDiscreteScheduler",
            "DPMSolverMultistepScheduler", "UniPCMultistepScheduler", "ContinuousSampler", "SamplingRequest",
            "SampleResult", "PerSampleStepper", "SamplerRow", "SAMPLER_KINDS",
            "PREDICTION_TYPES"]

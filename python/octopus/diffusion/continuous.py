@@ -75,7 +75,7 @@ class _Running(Member):
     step: int = 0
     slot: int | None = None
     divisors: np.ndarray | None = None     # euler: what each step's model input is divided by
-    generator: torch.Generator | None = None  # ddim with eta: its step noise
+    generator: torch.Generator | None = None  # stochastic samplers: their step noise
     cond: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     neg: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     failed: bool = False
@@ -213,7 +213,7 @@ class ContinuousSampler:
         running = _Running(key=None, shape=shape, state_rows=row.state_rows, request=request, row=row,
                            priority=priority, deadline=deadline, submitted=time.monotonic())
         running.pending_latents = self._initial_latents(request, row, running)
-        if row.kind == "euler":
+        if row.kind in ("euler", "euler_ancestral"):
             running.divisors = np.array([row.model_input_divisor(k) for k in range(row.num_steps)])
         running.bytes = self._estimate_bytes(running)
         if self.memory_budget is not None and running.bytes > self.memory_budget:
@@ -545,15 +545,17 @@ class ContinuousSampler:
     # -- per-iteration pieces -----------------------------------------------------------
 
     def _initial_latents(self, request: SamplingRequest, row: SamplerRow, running: _Running) -> torch.Tensor:
-        """The request's noise (drawn on the CPU from its seed), times init_noise_sigma."""
+        """The request's noise (drawn on the CPU from its seed), times init_noise_sigma; a
+        stochastic sampler's step noise continues the same generator, as in a diffusers
+        pipeline (where the initial noise is given, the generator starts at the seed)."""
+        seed = request.seed if request.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        generator = torch.Generator().manual_seed(seed)
         if request.noise is not None:
             noise = request.noise.detach().to("cpu", self.dtype)
         else:
-            seed = request.seed if request.seed is not None else int(torch.randint(0, 2**62, ()).item())
-            generator = torch.Generator().manual_seed(seed)
             noise = torch.randn(running.shape, generator=generator, dtype=self.dtype)
-            if request.eta:  # DDIM's step noise continues the same generator, as in a diffusers pipeline
-                running.generator = generator
+        if row.stochastic:
+            running.generator = generator
         if row.init_noise_sigma != 1.0:
             noise = noise * row.init_noise_sigma
         # Pinned, so that joining the batch copies it without waiting for the sampler's stream.
@@ -567,13 +569,15 @@ class ContinuousSampler:
         return int(numel * (element * buffers + self.model_bytes_per_element * guided))
 
     def _step_noise(self, lane: Lane, members: Sequence[_Running]) -> torch.Tensor | None:
-        """DDIM's step noise where a sample has eta > 0 (drawn from its generator, as
-        diffusers draws it); None where none has."""
+        """The step noise of the stochastic samples (drawn from each one's generator where
+        diffusers draws it, in its order, shape and dtype); None where no sample has any."""
         if not any(m.generator is not None and not m.failed for m in members):
             return None
         noise = torch.zeros(lane.arena.latents.numel(), dtype=self.dtype)
         offsets = np.concatenate([[0], np.cumsum([math.prod(m.shape) for m in members])])
         for m, start, end in zip(members, offsets[:-1], offsets[1:]):
-            if m.generator is not None and not m.failed:
-                noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=self.dtype).reshape(-1)
+            if m.generator is not None and not m.failed and m.row.draws_noise(m.step):
+                # DPM-Solver++ SDE draws float32 noise whatever the latents' dtype.
+                dtype = torch.float32 if m.row.kind == "dpm_solver_pp_2m_sde" else self.dtype
+                noise[start:end] = torch.randn(m.shape, generator=m.generator, dtype=dtype).reshape(-1)
         return to_device(noise, self.device)

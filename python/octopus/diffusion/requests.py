@@ -20,7 +20,9 @@ from ..scheduling.arguments import parse_priority
 from . import schedulers
 from .rows import SamplerRow
 
-_SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, schedulers.EulerDiscreteScheduler,
+_SCHEDULERS = {cls.__name__: cls for cls in (schedulers.DDIMScheduler, schedulers.DDPMScheduler,
+                                            schedulers.EulerDiscreteScheduler,
+                                            schedulers.EulerAncestralDiscreteScheduler,
                                             schedulers.FlowMatchEulerDiscreteScheduler,
                                             schedulers.DPMSolverMultistepScheduler,
                                             schedulers.UniPCMultistepScheduler)}
@@ -39,8 +41,11 @@ class SamplingRequest:
             diffusers scheduler (instance or class) or either's class name; None: the
             sampler's default. Its configuration is ``scheduler_config`` (a diffusers config
             dict, as ``from_config`` takes it) over the scheduler's own.
-        seed: seeds the initial noise (and DDIM's step noise where ``eta`` > 0), drawn on the
-            CPU as ``torch.randn(shape, generator=torch.Generator().manual_seed(seed))``.
+        seed: seeds the initial noise, drawn on the CPU as ``torch.randn(shape,
+            generator=torch.Generator().manual_seed(seed))``, and the step noise of stochastic
+            samplers (DDPM, Euler ancestral, DPM-Solver++ SDE, DDIM with ``eta`` > 0) from the
+            same generator, in the order and shape diffusers draws it; without a seed, a random
+            one.
         noise: the initial noise itself (of ``shape``, where that is given), instead of a
             seed. Either is scaled by the scheduler's ``init_noise_sigma``.
         conditioning: keyword arguments of the model for this sample, tensors without the
@@ -51,7 +56,7 @@ class SamplingRequest:
         guidance_rescale: diffusers' ``rescale_noise_cfg`` (Lin et al. 2023, for zero-SNR
             models) on the guided prediction: blended with itself rescaled to the standard
             deviation of the conditional prediction, by this factor in [0, 1] (0: off).
-        eta: DDIM's stochasticity (needs ``seed``).
+        eta: DDIM's stochasticity.
         mu: the time shift of a flow-matching scheduler with use_dynamic_shifting.
         priority: ``"low"``, ``"normal"``, ``"high"`` or an int (higher first).
         deadline: seconds from submission by which the request must have started; later,
@@ -131,8 +136,6 @@ def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingReques
             raise ValueError(f"eta is a DDIM option; {type(scheduler).__name__} has none")
         if request.eta < 0:
             raise ValueError(f"eta must be non-negative, got {request.eta}")
-        if request.seed is None:
-            raise ValueError("eta > 0 draws noise at every step: give the request a seed")
         options["eta"] = float(request.eta)
     if request.mu is not None:
         if not isinstance(scheduler, schedulers.FlowMatchEulerDiscreteScheduler):

@@ -23,7 +23,8 @@ from .._registrations import register_fake
 
 _LAYOUT = _library._C.sampler_step_layout
 SAMPLER_KINDS: tuple[str, ...] = tuple(_LAYOUT["kinds"])
-"""The fused samplers: ``ddim``, ``euler``, ``flow_euler``, ``dpm_solver_pp_2m``, ``unipc``."""
+"""The fused samplers: ``ddim``, ``euler``, ``flow_euler``, ``dpm_solver_pp_2m``, ``unipc``,
+``euler_ancestral``, ``dpm_solver_pp_2m_sde``, ``ddpm``."""
 PREDICTION_TYPES: tuple[str, ...] = tuple(_LAYOUT["predictions"])
 """What a model predicts: ``epsilon``, ``v_prediction``, ``sample``, or ``flow`` (flow_euler's velocity)."""
 _KIND_CODE = {name: code for code, name in enumerate(SAMPLER_KINDS)}
@@ -31,7 +32,11 @@ _PREDICTION_CODE = {name: code for code, name in enumerate(PREDICTION_TYPES)}
 _INFO_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_info"])}
 _SCALAR_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_scalars"])}
 # Multistep state rows each kind reads and writes (sampler_step's `state`).
-_STATE_ROWS = {"dpm_solver_pp_2m": 1, "unipc": 3}
+_STATE_ROWS = {"dpm_solver_pp_2m": 1, "dpm_solver_pp_2m_sde": 1, "unipc": 3}
+# Kinds whose table is alphas_cumprod indexed by timestep (the others: sigmas, one per step and the last).
+ALPHAS_KINDS = ("ddim", "ddpm")
+# Kinds that add noise at every step (ddim adds it where eta > 0, ddpm at every timestep but 0).
+_NOISY_KINDS = ("euler_ancestral", "dpm_solver_pp_2m_sde")
 # Element counts of state rows are rounded up to this, so that every row starts 16-byte aligned.
 STATE_ALIGNMENT = 8
 
@@ -42,12 +47,12 @@ class SamplerRow:
 
     ``timesteps``: the schedule (float64, descending; a timestep may repeat where diffusers'
     rounding gives two steps one, as DPM-Solver++ with Karras sigmas does from ~45 steps on: the
-    fused step then finds steps by :attr:`keys`). ``table``: ``alphas_cumprod`` (ddim,
+    fused step then finds steps by :attr:`keys`). ``table``: ``alphas_cumprod`` (ddim and ddpm,
     indexed by timestep) or the sigmas (one more than timesteps, the last the final sigma).
     ``step_ratio``: ddim's ``num_train_timesteps // num_inference_steps``.
     ``final_first_order``: DPM-Solver++'s last step is first order / UniPC's lower_order_final.
     ``init_noise_sigma``: the scale of a sample's initial noise (diffusers' attribute).
-    The rest are ddim's options.
+    The rest are ddim's options (``clip_range`` ddpm's too).
     """
 
     kind: str
@@ -72,7 +77,7 @@ class SamplerRow:
                              "(flow_euler rows, and only they, predict 'flow')")
         if len(self.timesteps) < 1:
             raise ValueError("a row needs at least one timestep")
-        if self.kind != "ddim" and len(self.table) != len(self.timesteps) + 1:
+        if self.kind not in ALPHAS_KINDS and len(self.table) != len(self.timesteps) + 1:
             raise ValueError(f"a {self.kind} row needs one sigma more than timesteps, got {len(self.table)} "
                              f"for {len(self.timesteps)}")
         if self.eta < 0:
@@ -83,6 +88,18 @@ class SamplerRow:
     @property
     def num_steps(self) -> int:
         return len(self.timesteps)
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether some step of the row adds noise (the sampler then draws it, per request)."""
+        return self.kind in _NOISY_KINDS or self.kind == "ddpm" or (self.kind == "ddim" and self.eta > 0)
+
+    def draws_noise(self, step: int) -> bool:
+        """Whether ``step`` adds noise, so that diffusers draws it there (ddpm draws none at
+        timestep 0; the others draw at every step, the last included)."""
+        if self.kind == "ddpm":
+            return bool(self.timesteps[step] > 0)
+        return self.stochastic
 
     @property
     def state_rows(self) -> int:
@@ -120,14 +137,15 @@ class SamplerRow:
 
     def sigma(self, step: int) -> float:
         """The sigma of a step (sigma-table kinds only)."""
-        if self.kind == "ddim":
-            raise ValueError("a ddim row has no sigmas")
+        if self.kind in ALPHAS_KINDS:
+            raise ValueError(f"a {self.kind} row has no sigmas")
         return float(self.table[step])
 
     def model_input_divisor(self, step: int) -> float:
-        """What diffusers' ``scale_model_input`` divides a sample by at ``step``: euler's
-        ``sqrt(sigma^2 + 1)`` (computed in float32 as diffusers does), 1 for the others."""
-        if self.kind != "euler":
+        """What diffusers' ``scale_model_input`` divides a sample by at ``step``: euler's (and
+        euler_ancestral's) ``sqrt(sigma^2 + 1)`` (computed in float32 as diffusers does), 1 for
+        the others."""
+        if self.kind not in ("euler", "euler_ancestral"):
             return 1.0
         sigma = torch.tensor(self.table[step], dtype=torch.float32)
         return float((sigma ** 2 + 1) ** 0.5)

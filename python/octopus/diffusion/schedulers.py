@@ -267,6 +267,21 @@ class _BatchedScheduler:
                 raise ValueError(f"timesteps[{i}] = {ti:g} is not in sample {i}'s schedule: {error}") from None
         return steps
 
+    @staticmethod
+    def _step_noise(sample: Latents, generator: torch.Generator | None, noise: Latents | None,
+                    dtype: torch.dtype | None = None) -> Latents:
+        """The step's noise: ``noise`` as given, else drawn from ``generator`` in the sample's
+        shape (in ``dtype`` where the sampler draws it so, as diffusers' DPM-Solver++ SDE
+        draws float32), on its device."""
+        if noise is not None and generator is not None:
+            raise ValueError("pass either generator or variance_noise, not both")
+        if noise is not None:
+            return noise
+        like = sample.values if isinstance(sample, RaggedBatch) else sample
+        drawn = torch.randn(like.shape, generator=generator, device=like.device, dtype=dtype or like.dtype)
+        drawn = drawn.to(like.dtype)
+        return sample.with_values(drawn) if isinstance(sample, RaggedBatch) else drawn
+
     def _step_before(self, sample: int) -> int:
         """The step sample ``sample`` took last, where the scheduler keeps it (multistep
         samplers): a repeated timestep is then the step after it."""
@@ -353,19 +368,56 @@ class DDIMScheduler(_BatchedScheduler):
         predicted x0 with ``return_x0``), dense or ragged like ``sample``."""
         if eta < 0:
             raise ValueError(f"eta must be non-negative, got {eta}")
-        if variance_noise is not None and generator is not None:
-            raise ValueError("pass either generator or variance_noise, not both")
-        noise: Latents | None = None
-        if eta > 0:
-            noise = variance_noise
-            if noise is None:
-                like = sample.values if isinstance(sample, RaggedBatch) else sample
-                noise = torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype)
-                if isinstance(sample, RaggedBatch):
-                    noise = sample.with_values(noise)
+        noise = self._step_noise(sample, generator, variance_noise) if eta > 0 else None
         tables = None if self._tables is None else self._tables_with(float(eta), bool(use_clipped_model_output))
         return self._step(model_output, sample, timesteps, noise=noise, return_x0=return_x0, validate=validate,
                           tables=tables)
+
+
+class DDPMScheduler(_BatchedScheduler):
+    """diffusers' ``DDPMScheduler.step`` (ancestral sampling, Ho et al. 2020) for a batch with
+    one timestep per sample: each step moves to the schedule's next timestep and adds noise,
+    except at timestep 0.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction / sample; timestep_spacing leading / linspace / trailing,
+    steps_offset; clip_sample (+ clip_sample_range); variance_type fixed_small;
+    rescale_betas_zero_snr; noise from a generator or given. Not: other variance types (the
+    learned ones need the model's variance output), thresholding, custom timesteps.
+    """
+
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "clip_sample", "clip_sample_range", "steps_offset", "timestep_spacing", "rescale_betas_zero_snr")
+    _unsupported = {"thresholding": {False}, "trained_betas": {None}, "variance_type": {"fixed_small", None}}
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", clip_sample: bool = True,
+                 clip_sample_range: float = 1.0, steps_offset: int = 0, timestep_spacing: str = "leading",
+                 rescale_betas_zero_snr: bool = False):
+        super().__init__(num_train_timesteps, prediction_type)
+        self.alphas_cumprod = _alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
+                                              bool(rescale_betas_zero_snr))
+        self.clip_sample, self.clip_sample_range = bool(clip_sample), float(clip_sample_range)
+        self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
+
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        steps = int(num_inference_steps)
+        if steps > self.num_train_timesteps:
+            raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps "
+                             f"({self.num_train_timesteps})")
+        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=True)
+        return SamplerRow("ddpm", self.prediction_type, t.astype(np.int64).astype(np.float64),
+                          self.alphas_cumprod.numpy(), step_ratio=self.num_train_timesteps // steps,
+                          clip_range=self.clip_sample_range if self.clip_sample else 0.0)
+
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *,
+             generator: torch.Generator | None = None, variance_noise: Latents | None = None,
+             return_x0: bool = False, validate: bool = True) -> Any:
+        """One DDPM step for every sample at its own timestep, its noise ``variance_noise`` or
+        drawn from ``generator``; returns prev_sample (and the predicted x0 with
+        ``return_x0``), dense or ragged like ``sample``."""
+        noise = self._step_noise(sample, generator, variance_noise)
+        return self._step(model_output, sample, timesteps, noise=noise, return_x0=return_x0, validate=validate)
 
 
 class _SigmaScheduler(_BatchedScheduler):
@@ -393,9 +445,10 @@ class EulerDiscreteScheduler(_SigmaScheduler):
     default). Not: beta sigmas.
     """
 
-    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
-                    "timestep_spacing", "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "sigma_min",
-                    "sigma_max", "final_sigmas_type", "rescale_betas_zero_snr")
+    _config_keys: Tuple[str, ...] = (
+        "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
+        "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "sigma_min", "sigma_max", "final_sigmas_type",
+        "rescale_betas_zero_snr")
     _unsupported = {"use_beta_sigmas": {False, None}, "interpolation_type": {"linear"}, "trained_betas": {None},
                     "timestep_type": {"discrete"}}
 
@@ -444,6 +497,42 @@ class EulerDiscreteScheduler(_SigmaScheduler):
                                            else torch.float32), 0.0)
         shape = (-1,) + (1,) * (sample.dim() - 1)
         return (sample * scale.to(sample.dtype).view(shape)).to(sample.dtype)
+
+
+class EulerAncestralDiscreteScheduler(EulerDiscreteScheduler):
+    """diffusers' ``EulerAncestralDiscreteScheduler.step`` ("Euler a") for a batch with one
+    timestep per sample: an Euler step down to sigma_down, then noise of sigma_up.
+
+    Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
+    epsilon / v_prediction; timestep_spacing linspace / leading / trailing;
+    rescale_betas_zero_snr; noise from a generator or given. Not: sample prediction (diffusers
+    has none either).
+    """
+
+    _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
+                    "timestep_spacing", "steps_offset", "rescale_betas_zero_snr")
+    _unsupported = {"trained_betas": {None}, "prediction_type": {"epsilon", "v_prediction"}}
+
+    def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
+                 beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
+                 steps_offset: int = 0, rescale_betas_zero_snr: bool = False):
+        if prediction_type == "sample":
+            raise NotImplementedError("prediction_type='sample' is not supported by EulerAncestralDiscreteScheduler "
+                                      "(nor by diffusers'): use 'epsilon' or 'v_prediction'")
+        super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
+                         steps_offset, rescale_betas_zero_snr=rescale_betas_zero_snr)
+
+    def sampler_row(self, num_inference_steps: int) -> SamplerRow:
+        return dataclasses.replace(super().sampler_row(num_inference_steps), kind="euler_ancestral")
+
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *,
+             generator: torch.Generator | None = None, variance_noise: Latents | None = None,
+             return_x0: bool = False, validate: bool = True) -> Any:
+        """One ancestral Euler step for every sample at its own timestep, its noise
+        ``variance_noise`` or drawn from ``generator``; returns prev_sample (and the predicted
+        x0 with ``return_x0``), dense or ragged like ``sample``."""
+        noise = self._step_noise(sample, generator, variance_noise)
+        return self._step(model_output, sample, timesteps, noise=noise, return_x0=return_x0, validate=validate)
 
 
 class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
@@ -498,9 +587,10 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
 
 
 class DPMSolverMultistepScheduler(_SigmaScheduler):
-    """diffusers' ``DPMSolverMultistepScheduler.step`` with algorithm_type "dpmsolver++",
-    solver_order 2, solver_type "midpoint" for a batch with one timestep per sample, the
-    per-sample history (the previous step's x0) kept on the device.
+    """diffusers' ``DPMSolverMultistepScheduler.step`` with algorithm_type "dpmsolver++" or
+    "sde-dpmsolver++" ("DPM++ 2M SDE", its noise from a generator or given), solver_order 2,
+    solver_type "midpoint" for a batch with one timestep per sample, the per-sample history
+    (the previous step's x0) kept on the device.
 
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
@@ -515,8 +605,9 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
         "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type", "use_karras_sigmas",
-        "use_exponential_sigmas", "rescale_betas_zero_snr")
-    _unsupported = {"algorithm_type": {"dpmsolver++"}, "solver_order": {2}, "solver_type": {"midpoint"},
+        "use_exponential_sigmas", "rescale_betas_zero_snr", "algorithm_type")
+    _unsupported = {"algorithm_type": {"dpmsolver++", "sde-dpmsolver++"}, "solver_order": {2},
+                    "solver_type": {"midpoint"},
                     "thresholding": {False}, "use_lu_lambdas": {False, None}, "use_beta_sigmas": {False, None},
                     "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
                     "lambda_min_clipped": {-float("inf")}}
@@ -525,10 +616,15 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
                  final_sigmas_type: str = "zero", use_karras_sigmas: bool | None = False,
-                 use_exponential_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False):
+                 use_exponential_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False,
+                 algorithm_type: str = "dpmsolver++"):
         super().__init__(num_train_timesteps, prediction_type)
         if final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
+        if algorithm_type not in ("dpmsolver++", "sde-dpmsolver++"):
+            raise NotImplementedError(f"algorithm_type={algorithm_type!r} is not supported by octopus's fused step "
+                                      "(supported: 'dpmsolver++', 'sde-dpmsolver++')")
+        self.algorithm_type = algorithm_type
         self._ac = _sigma_alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
                                          bool(rescale_betas_zero_snr))
         self.beta_schedule = beta_schedule
@@ -559,7 +655,8 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
             # diffusers' integer timesteps: rounded where it rounds them, else truncated.
             t = (fractional.round() if self._rounds_sigma_timesteps() else fractional).astype(np.int64)
         sigmas = np.concatenate([sigmas, [self._last_sigma(sigmas, train_sigmas)]]).astype(np.float32).astype(np.float64)
-        return SamplerRow("dpm_solver_pp_2m", self.prediction_type, t.astype(np.float64), sigmas,
+        kind = "dpm_solver_pp_2m_sde" if self.algorithm_type == "sde-dpmsolver++" else "dpm_solver_pp_2m"
+        return SamplerRow(kind, self.prediction_type, t.astype(np.float64), sigmas,
                           final_first_order=self._final_first_order(len(t)))
 
     def _rounds_sigma_timesteps(self) -> bool:
@@ -592,13 +689,23 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         self._last_step = np.where(steps >= 0, steps, self._last_step)
         return steps
 
-    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *, return_x0: bool = False,
-             validate: bool = True) -> Any:
+    def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *,
+             generator: torch.Generator | None = None, variance_noise: Latents | None = None,
+             return_x0: bool = False, validate: bool = True) -> Any:
+        """One step for every sample at its own timestep; returns prev_sample (and the
+        predicted x0 with ``return_x0``), dense or ragged like ``sample``. The SDE variant's
+        noise is ``variance_noise`` or drawn from ``generator`` (in float32, as diffusers)."""
+        sde = any(r.stochastic for r in self._rows)
+        if not sde and (generator is not None or variance_noise is not None):
+            raise ValueError(f"{type(self).__name__} adds no noise here (algorithm_type "
+                             f"{getattr(self, 'algorithm_type', None)!r}): generator and variance_noise are unused")
+        noise = self._step_noise(sample, generator, variance_noise, torch.float32) if sde else None
         values = sample.values if isinstance(sample, RaggedBatch) else sample
         if self._state is None or self._state.shape[1] != values.numel() or self._state.dtype != values.dtype \
                 or self._state.device != values.device:
             self._state = state_tensor(self._state_rows, values.numel(), values)
-        return self._step(model_output, sample, timesteps, state=self._state, return_x0=return_x0, validate=validate)
+        return self._step(model_output, sample, timesteps, noise=noise, state=self._state, return_x0=return_x0,
+                          validate=validate)
 
 
 class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
