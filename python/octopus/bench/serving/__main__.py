@@ -1,0 +1,7 @@
+"""``python -m octopus.bench.serving``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
