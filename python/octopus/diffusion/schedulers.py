@@ -137,6 +137,16 @@ def _sigma_schedule(use_karras_sigmas: bool | None, use_exponential_sigmas: bool
     return chosen[0] if chosen else None
 
 
+def _training_timesteps(num_train_timesteps: int, num_inference_steps: int, spacing: str,
+                        steps_offset: int) -> tuple[int, np.ndarray]:
+    """(steps, integer training timesteps as float64) of DDIM's and DDPM's schedules."""
+    steps = int(num_inference_steps)
+    if steps > num_train_timesteps:
+        raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps ({num_train_timesteps})")
+    t = _spaced(num_train_timesteps, steps, spacing, steps_offset, integer=True)
+    return steps, t.astype(np.int64).astype(np.float64)
+
+
 def _reject(config: Mapping[str, Any], unsupported: Mapping[str, Any]) -> None:
     for key, allowed in unsupported.items():
         if key not in config:
@@ -337,13 +347,10 @@ class DDIMScheduler(_BatchedScheduler):
                     use_clipped_model_output: bool = False) -> SamplerRow:
         """This scheduler with ``num_inference_steps`` steps, and the step options ``eta`` and
         ``use_clipped_model_output``, as one row of the fused step's tables."""
-        steps = int(num_inference_steps)
-        if steps > self.num_train_timesteps:
-            raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps "
-                             f"({self.num_train_timesteps})")
-        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=True)
-        return SamplerRow("ddim", self.prediction_type, t.astype(np.int64).astype(np.float64),
-                          self.alphas_cumprod.numpy(), step_ratio=self.num_train_timesteps // steps,
+        steps, t = _training_timesteps(self.num_train_timesteps, num_inference_steps, self.timestep_spacing,
+                                       self.steps_offset)
+        return SamplerRow("ddim", self.prediction_type, t, self.alphas_cumprod.numpy(),
+                          step_ratio=self.num_train_timesteps // steps,
                           final_alpha_cumprod=self.final_alpha_cumprod, eta=float(eta),
                           clip_range=self.clip_sample_range if self.clip_sample else 0.0,
                           clipped_model_output=bool(use_clipped_model_output))
@@ -401,13 +408,10 @@ class DDPMScheduler(_BatchedScheduler):
         self.steps_offset, self.timestep_spacing = int(steps_offset), timestep_spacing
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
-        steps = int(num_inference_steps)
-        if steps > self.num_train_timesteps:
-            raise ValueError(f"num_inference_steps ({steps}) cannot exceed num_train_timesteps "
-                             f"({self.num_train_timesteps})")
-        t = _spaced(self.num_train_timesteps, steps, self.timestep_spacing, self.steps_offset, integer=True)
-        return SamplerRow("ddpm", self.prediction_type, t.astype(np.int64).astype(np.float64),
-                          self.alphas_cumprod.numpy(), step_ratio=self.num_train_timesteps // steps,
+        steps, t = _training_timesteps(self.num_train_timesteps, num_inference_steps, self.timestep_spacing,
+                                       self.steps_offset)
+        return SamplerRow("ddpm", self.prediction_type, t, self.alphas_cumprod.numpy(),
+                          step_ratio=self.num_train_timesteps // steps,
                           clip_range=self.clip_sample_range if self.clip_sample else 0.0)
 
     def step(self, model_output: Latents, sample: Latents, timesteps: TimestepsLike, *,
