@@ -86,6 +86,8 @@ py::dict control_dict(const sched::ControlStats& c) {
     kd["target_s"] = optional_number(k.target_s);
     kd["alone_p99_s"] = optional_number(k.alone_p99_s);
     kd["recent_p99_s"] = optional_number(k.recent_p99_s);
+    kd["alone_p50_s"] = optional_number(k.alone_p50_s);
+    kd["recent_p50_s"] = optional_number(k.recent_p50_s);
     kd["samples"] = k.samples;
     kd["judged"] = k.judged;
     kd["within_target"] = k.within_target;

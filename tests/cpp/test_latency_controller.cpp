@@ -3,6 +3,7 @@
 // threads, no clock: every sample is fed with its own time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -125,6 +126,39 @@ TEST(LatencyController, AStepDownThatHadToBeUndoneWaitsLongerNextTime) {
   // Each wait at least double the one before (until capped): 0.5 s, 1 s, 2 s, ...
   EXPECT_GT(tries[2] - tries[1], (tries[1] - tries[0]) * 3 / 2);
   EXPECT_LE(changes(steps), 40);
+}
+
+TEST(LatencyController, AMedianOverTwiceTheAloneMedianClimbsThoughTheP99IsWithinTarget) {
+  // Target 3 x alone p99 (~3.15 ms): steps 0-1 give ~2.5 ms, within it, but a median 2.5x
+  // the alone median; step 2 gives 1.5x; the controller settles there.
+  ScriptedDevice device{{2.5, 2.5, 1.5, 1.2, 1.1, 1.0, 1.0, 1.0, 1.0}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  c.set_target("lc", LatencyTarget{std::nullopt, 3.0});
+  const std::vector<int> steps = device.run(c, 20000);
+  EXPECT_EQ(steps.back(), 2);
+  const std::vector<int> late(steps.begin() + 10000, steps.end());
+  EXPECT_GE(std::count(late.begin(), late.end(), 2), 9000) << "it stays at the first step whose median is within";
+  EXPECT_LE(changes(late), 12);
+  const KindControl k = c.kinds().front();
+  ASSERT_TRUE(k.alone_p50_s && k.recent_p50_s);
+  EXPECT_LE(*k.recent_p50_s, 2.0 * *k.alone_p50_s);
+}
+
+TEST(LatencyController, AMedianWithinTwiceTheAloneMedianLeavesBestEffortWorkAlone) {
+  ScriptedDevice device{{1.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  c.set_target("lc", LatencyTarget{std::nullopt, 3.0});
+  const std::vector<int> steps = device.run(c, 5000);
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), 0), static_cast<long>(steps.size()));
+}
+
+TEST(LatencyController, AnAbsoluteTargetHasNoMedianBound) {
+  // The user said what p99 they accept: a median 2.5x the alone one within it is theirs.
+  ScriptedDevice device{{2.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  c.set_target("lc", LatencyTarget{3.5e-3, 1.5});
+  const std::vector<int> steps = device.run(c, 5000);
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), 0), static_cast<long>(steps.size()));
 }
 
 TEST(LatencyController, ProbesForTheAloneLatencyThenStops) {

@@ -88,6 +88,7 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
     # (The job holds its lease 0.3 ms; the host's noise on a loaded machine only adds.)
     assert kind["alone_samples"] >= 32 and 3e-4 <= kind["alone_p99_s"] < 5e-3
     assert kind["target_s"] == pytest.approx(1.5 * kind["alone_p99_s"])
+    assert 3e-4 <= kind["alone_p50_s"] <= kind["alone_p99_s"] and kind["recent_p50_s"] >= 3e-4
     assert 0 <= kind["attainment"] <= 1 and not kind["infeasible"]
     assert sched.stats()["devices"][0]["control"]["probes"] >= 1
 

@@ -103,6 +103,11 @@ std::optional<double> LatencyController::target_s(const Kind& k) const {
   return ratio * *alone_p99(k.alone);
 }
 
+std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
+  if ((k.target && k.target->p99_s) || k.alone.count() < options_.min_alone_samples) return std::nullopt;
+  return options_.median_ratio * *k.alone.quantile(0.5);
+}
+
 void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
   if (!started_) {
     started_ = true;
@@ -126,11 +131,14 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
       if (over) k.over_at_top += 1;
     }
     check_infeasible(name, k, *target);
+    const std::optional<double> median_bound = median_bound_s(k);
+    const bool median_over = median_bound && k.recent.size() >= options_.median_samples &&
+                             k.samples % options_.median_every == 0 && *k.recent.quantile(0.5) > *median_bound;
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (over && latency_s > options_.severe_ratio * *target) {
       climb(2, now_s);
-    } else if (k.score > options_.tighten_score) {
+    } else if (k.score > options_.tighten_score || median_over) {
       climb(1, now_s);
     }
   }
@@ -217,6 +225,8 @@ void LatencyController::maybe_descend(double now_s) {
     if (!target) return;  // no judgement of this kind yet: stay
     const std::optional<double> p99 = k.recent.quantile(0.99);
     if (k.score >= options_.loosen_score || !p99 || *p99 > options_.slack * *target) return;
+    const std::optional<double> median_bound = median_bound_s(k);
+    if (median_bound && *k.recent.quantile(0.5) > options_.slack * *median_bound) return;
     any = true;
   }
   if (!any) return;
@@ -260,6 +270,8 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.target_s = target_s(k);
     c.alone_p99_s = alone_p99(k.alone);
     c.recent_p99_s = k.recent.quantile(0.99);
+    if (k.alone.count() > 0) c.alone_p50_s = k.alone.quantile(0.5);
+    c.recent_p50_s = k.recent.quantile(0.5);
     c.samples = k.samples;
     c.judged = k.judged;
     c.within_target = k.within;

@@ -75,6 +75,13 @@ struct ControllerOptions {
   double score_memory = 100.0;
   double tighten_score = 1.0;
   double severe_ratio = 2.0;
+  // A kind with a relative target also keeps its median within median_ratio x its alone
+  // median: its p99 target alone does not bound it (a heavy-tailed kind's alone p99 is
+  // several times its median, so a 1.5x p99 target lets the median triple). Judged on the
+  // recent samples, every median_every samples once median_samples are in.
+  double median_ratio = 2.0;
+  std::size_t median_samples = 32;
+  std::size_t median_every = 16;
   // After a climb, this many samples of every kind must arrive before the next one (the
   // slices in flight at the old step still run).
   int settle_samples = 3;
@@ -103,6 +110,8 @@ struct KindControl {
   std::optional<double> target_s;   // unset: a relative target whose alone p99 is not known yet
   std::optional<double> alone_p99_s;
   std::optional<double> recent_p99_s;
+  std::optional<double> alone_p50_s;
+  std::optional<double> recent_p50_s;
   std::size_t samples = 0;
   std::size_t judged = 0;           // samples that arrived while the kind had a target
   std::size_t within_target = 0;    // of them, within the target in force then
@@ -158,6 +167,8 @@ class LatencyController {
 
   Kind& kind(const std::string& name);
   std::optional<double> target_s(const Kind& k) const;
+  // The median bound of a kind with a relative target and enough alone samples (else none).
+  std::optional<double> median_bound_s(const Kind& k) const;
   void climb(int steps, double now_s);
   void check_infeasible(const std::string& name, Kind& k, double target);
   void maybe_descend(double now_s);
