@@ -315,15 +315,15 @@ PYBIND11_MODULE(_C, m) {
   // The kernels' tuning on the current device as the host launches with it and as its
   // code was compiled (python/octopus/tuning.py: kernel_tuning()).
   m.def("kernel_tuning", [] {
-    const auto as_dict = [](const octopus::cuda::ArchTuning& t) {
-      py::dict values;
-      octopus::cuda::for_each_tuning_value(t, [&](const char* name, int value) { values[name] = value; });
-      return values;
-    };
+    py::dict launch, compiled;
+    for (const octopus::cuda::TuningFamily& family : octopus::cuda::tuning_families()) {
+      for (const auto& [name, value] : family.launch()) launch[py::str(name)] = value;
+      for (const auto& [name, value] : family.compiled()) compiled[py::str(name)] = value;
+    }
     py::dict out;
     out["arch"] = octopus::cuda::launch_arch();
-    out["launch"] = as_dict(octopus::cuda::launch_tuning());
-    out["compiled"] = as_dict(octopus::cuda::compiled_tuning());
+    out["launch"] = launch;
+    out["compiled"] = compiled;
     return out;
   });
 #endif

@@ -246,7 +246,8 @@ def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strate
 
 def kernel_tuning(device: Optional[DeviceLike] = None) -> Dict[str, Any]:
     """The tuning constants of octopus's CUDA kernels on ``device`` (default: the current
-    CUDA device), from the per-architecture table in ``csrc/octopus/core/tuning.h``:
+    CUDA device), from each kernel family's per-architecture policy (``csrc/octopus/core/tuning.h``
+    says where they live), by ``"family.value"``:
 
     - ``arch``: the architecture of the code the device runs, as ``__CUDA_ARCH__`` counts
       (900 on an H100; also 900 on a newer GPU that runs the sm_90 PTX the driver compiled);

@@ -1,5 +1,5 @@
-"""octopus.kernel_tuning: the per-architecture table of csrc/octopus/core/tuning.h as the
-host launches with it and as the device code was compiled."""
+"""octopus.kernel_tuning: every kernel family's per-architecture policy (core/tuning.h) as
+the host launches with it and as the device code was compiled."""
 
 import pytest
 import torch
@@ -24,6 +24,9 @@ def test_the_host_launches_with_the_values_the_device_code_was_compiled_with():
     assert 750 <= tuning["arch"] <= 100 * major + 10 * minor  # the device runs code of its own or an older arch
     values = tuning["launch"]
     assert len(values) == 37 and all(isinstance(v, int) and v > 0 for v in values.values())
+    assert {name.split(".")[0] for name in values} == {
+        "driver", "plan", "item_param", "padding", "stencil", "crop_resize", "sampler_step", "item_stats",
+        "tile_stats"}, "every family registers its policy once"
     assert values["driver.threads"] % 32 == 0 and values["driver.threads"] <= 1024
     assert octopus.kernel_tuning(torch.cuda.current_device()) == tuning
     assert octopus.kernel_tuning(f"cuda:{torch.cuda.current_device()}") == tuning

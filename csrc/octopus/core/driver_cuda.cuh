@@ -27,13 +27,13 @@ namespace octopus::cuda {
 
 // Threads per block as device code sees them (core/tuning.h); host code launches with
 // launch_threads(), the same value for the code the device runs.
-constexpr int kThreads = kTuning.driver.threads;
+constexpr int kThreads = kPolicy<DriverTuning>.threads;
 constexpr int kWarpsPerBlock = kThreads / 32;
 // Vectors in flight per lane: the functor's choice (Op::kUnroll, what fits its registers
 // without spilling); per-element locators hold an item index per vector, so fewer.
-constexpr int kMaxUnrollPerElement = kTuning.driver.max_unroll_per_element;
+constexpr int kMaxUnrollPerElement = kPolicy<DriverTuning>.max_unroll_per_element;
 
-inline int launch_threads() { return launch_tuning().driver.threads; }
+inline int launch_threads() { return launch_policy<DriverTuning>().threads; }
 inline int64_t launch_warps_per_block() { return launch_threads() / 32; }
 
 __host__ __device__ __forceinline__ int64_t clamp_index(int64_t x, int64_t hi) { return x < 0 ? 0 : (x > hi ? hi : x); }
@@ -187,7 +187,7 @@ struct LookupLocator : TileUnits {
 // driver's tuning, or the functor's Op::kMinBlocksPerSm when it needs more registers.
 template <class Op, class = void>
 struct MinBlocksPerSm {
-  static constexpr int value = kTuning.driver.min_blocks_per_sm;
+  static constexpr int value = kPolicy<DriverTuning>.min_blocks_per_sm;
 };
 template <class Op>
 struct MinBlocksPerSm<Op, std::void_t<decltype(Op::kMinBlocksPerSm)>> {

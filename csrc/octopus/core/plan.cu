@@ -16,8 +16,34 @@
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/metadata.h"
 #include "octopus/core/plan.h"
+#include "octopus/core/tuning_registry.cuh"
 
 namespace octopus {
+
+// The device plan builder's tuning (core/tuning.h).
+struct PlanTuning {
+  int fused_threads;        // each block of the small-batch kernel scans every item's block count
+  int fused_blocks_per_sm;  // ... and fills its share of the rows: this many blocks per multiprocessor at most
+  int mark_threads;         // the lookup table's item starts
+  int mark_blocks_per_sm;
+  int fill_threads;         // the large-batch plan's rows
+
+  static constexpr const char* kFamily = "plan";
+  // Hopper (sm_90), measured on an H100; every architecture until it is measured.
+  static constexpr PlanTuning for_arch(int /*arch*/) { return PlanTuning{1024, 2, 256, 32, 256}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("fused_threads", fused_threads);
+    fn("fused_blocks_per_sm", fused_blocks_per_sm);
+    fn("mark_threads", mark_threads);
+    fn("mark_blocks_per_sm", mark_blocks_per_sm);
+    fn("fill_threads", fill_threads);
+  }
+  constexpr bool valid() const { return fused_threads % 32 == 0 && fused_threads <= 1024; }
+};
+static_assert(PlanTuning::for_arch(900).valid());
+OCTOPUS_REGISTER_TUNING(PlanTuning, plan);
+
 namespace {
 
 // floor(x / block_elems) for 0 <= x < 2^53 without a 64-bit integer division (a long
@@ -97,7 +123,7 @@ __global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int6
 // into shared memory (cheap for up to kFusedMaxItems items, read from L2), then fills
 // its share of the rows. The host-side cost of the scan + fill path (allocations, CUB's
 // dispatch, three launches) is what dominates there.
-constexpr int kFusedThreads = cuda::kTuning.plan.fused_threads;  // device code's (the host's: launch_tuning())
+constexpr int kFusedThreads = cuda::kPolicy<PlanTuning>.fused_threads;  // device code's (the host's: launch_policy)
 constexpr int64_t kFusedMaxItems = 11264;  // 44 KiB of int32 prefix sums: within the static 48 KiB
 
 __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t* __restrict__ offsets, int64_t m,
@@ -175,7 +201,7 @@ at::Tensor build_lookup_table_cuda(const at::Tensor& offsets_in, int64_t num_val
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   C10_CUDA_CHECK(cudaMemsetAsync(ids, 0, num_values * sizeof(int32_t), stream));
   if (m > 1) {
-    const cuda::PlanTuning& tuning = cuda::launch_tuning().plan;
+    const PlanTuning tuning = cuda::launch_policy<PlanTuning>();
     const int64_t grid = std::min<int64_t>((m + tuning.mark_threads - 1) / tuning.mark_threads,
                                            int64_t{tuning.mark_blocks_per_sm} * cuda::multiprocessor_count());
     mark_item_starts_kernel<<<static_cast<unsigned>(grid), tuning.mark_threads, 0, stream>>>(
@@ -208,7 +234,7 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
   at::Tensor plan = at::empty({rows, 2}, offsets.options());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const BlockDivider div(block_elems);
-  const cuda::PlanTuning& tuning = cuda::launch_tuning().plan;
+  const PlanTuning tuning = cuda::launch_policy<PlanTuning>();
   if (m <= kFusedMaxItems && rows < (int64_t{1} << 31)) {
     const int64_t wanted = (rows + tuning.fused_threads - 1) / tuning.fused_threads;
     const int64_t grid =

@@ -3,9 +3,15 @@
 
 #include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/kernel_profiles.h"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/ops/affine.h"
+#include "octopus/ops/item_param_op.h"
 
 namespace octopus {
+
+// The item-parameter functor's policy (affine, clamp, threshold, power), registered once.
+OCTOPUS_REGISTER_TUNING(ItemParamTuning, item_param);
+
 namespace {
 
 // Lease kind "octopus.affine" for the StreamScheduler: float32 per-item affine with the

@@ -8,10 +8,14 @@
 #include "octopus/core/checks.h"
 #include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/core/vec.h"
 #include "octopus/ops/crop_resize.h"
 
 namespace octopus {
+
+OCTOPUS_REGISTER_TUNING(CropResizeTuning, crop_resize);
+
 namespace {
 
 // Forward: block (box, band) makes the rows of one band of a box's output, every channel.
@@ -19,10 +23,10 @@ namespace {
 // rows of the band (ty, ty + rows_per_pass, ...): its horizontal taps are worked out once
 // (32-bit) and serve every channel and row; each (channel, row) then costs a vertical tap,
 // two source lines of reads and one vector store (a row's stores are one contiguous run).
-// The rows are unrolled so that their reads are in flight together (core/tuning.h; the
-// host shapes the launch with launch_tuning()'s values, the same).
-constexpr int kQuad = cuda::kTuning.crop_resize.quad;
-constexpr int kRowsPerThread = cuda::kTuning.crop_resize.rows_per_thread;
+// The rows are unrolled so that their reads are in flight together (CropResizeTuning; the
+// host shapes the launch with launch_policy()'s values, the same).
+constexpr int kQuad = cuda::kPolicy<CropResizeTuning>.quad;
+constexpr int kRowsPerThread = cuda::kPolicy<CropResizeTuning>.rows_per_thread;
 
 template <typename T>
 __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_backward_kernel(
 
 int64_t grid_for(int64_t rows) {
   const int64_t warps = cuda::launch_warps_per_block();
-  const int64_t per_sm = cuda::launch_tuning().crop_resize.backward_blocks_per_sm;
+  const int64_t per_sm = cuda::launch_policy<CropResizeTuning>().backward_blocks_per_sm;
   return std::max<int64_t>(1, std::min<int64_t>(int64_t{cuda::multiprocessor_count()} * per_sm,
                                                 (rows + warps - 1) / warps));
 }
@@ -151,7 +155,7 @@ at::Tensor crop_resize_cuda(const at::Tensor& values, const at::Tensor& offsets,
                     " is too large");
   // Block: quads of a row across x (up to the driver's threads), rows across y up to about
   // block_threads in all (small blocks measured fastest).
-  const cuda::CropResizeTuning& tuning = cuda::launch_tuning().crop_resize;
+  const CropResizeTuning tuning = cuda::launch_policy<CropResizeTuning>();
   const int64_t quads = (out_w + tuning.quad - 1) / tuning.quad;
   const int64_t threads_x = std::min<int64_t>(quads, cuda::launch_threads());
   const int64_t rows_per_pass = std::max<int64_t>(1, tuning.block_threads / threads_x);

@@ -29,10 +29,10 @@ struct CropResizeRaggedOp {
   // One element per lane: consecutive lanes write consecutive outputs and read neighbouring
   // source pixels.
   static constexpr int kVec = 1;
-  static constexpr int kUnroll = cuda::kTuning.crop_resize.ragged_unroll;
+  static constexpr int kUnroll = cuda::kPolicy<CropResizeTuning>.ragged_unroll;
   // The item (its box, two dividers) and the taps need about 80 registers: fewer blocks
   // per multiprocessor than the driver's (spill-free on sm_90 for the float types).
-  static constexpr int kMinBlocksPerSm = cuda::kTuning.crop_resize.ragged_min_blocks_per_sm;
+  static constexpr int kMinBlocksPerSm = cuda::kPolicy<CropResizeTuning>.ragged_min_blocks_per_sm;
   using InVec = Vec<in_t, 1>;
 
   const in_t* __restrict__ in;  // forward: the source values; backward: the output's gradient

@@ -14,14 +14,33 @@
 
 namespace octopus {
 
+// affine, clamp, threshold, power's tuning (core/tuning.h): vectors in flight per lane.
+struct ItemParamTuning {
+  int unroll_uint8;           // uint8 input widens to 64 output bytes per vector
+  int unroll_4byte_per_item;  // 4-byte elements, one parameter pair per item
+  int unroll;                 // the rest (the per-channel form keeps a channel cursor)
+
+  static constexpr const char* kFamily = "item_param";
+  // Hopper (sm_90), measured on an H100 (the register reports at 64 registers: the per-item
+  // forms do not spill); every architecture until it is measured.
+  static constexpr ItemParamTuning for_arch(int /*arch*/) { return ItemParamTuning{2, 8, 4}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("unroll_uint8", unroll_uint8);
+    fn("unroll_4byte_per_item", unroll_4byte_per_item);
+    fn("unroll", unroll);
+  }
+};
+
 template <typename in_t, typename out_t, typename acc_t, bool kPerChannel, class Fn>
 struct ItemParamOp {
   static constexpr int kVec = 16 / sizeof(in_t);
-  // Vectors in flight per lane (core/tuning.h): uint8 widens to 64 output bytes per vector
+  // Vectors in flight per lane: uint8 widens to 64 output bytes per vector
   // and the per-channel form keeps a channel cursor, so they get fewer.
-  static constexpr int kUnroll = sizeof(in_t) == 1 ? cuda::kTuning.item_param.unroll_uint8
-                                 : sizeof(in_t) == 4 && !kPerChannel ? cuda::kTuning.item_param.unroll_4byte_per_item
-                                                                     : cuda::kTuning.item_param.unroll;
+  static constexpr ItemParamTuning kTuning = cuda::kPolicy<ItemParamTuning>;
+  static constexpr int kUnroll = sizeof(in_t) == 1                   ? kTuning.unroll_uint8
+                                 : sizeof(in_t) == 4 && !kPerChannel ? kTuning.unroll_4byte_per_item
+                                                                     : kTuning.unroll;
   using InVec = Vec<in_t, kVec>;
   using OutVec = Vec<out_t, kVec>;
 

@@ -13,10 +13,30 @@
 #include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
 #include "octopus/core/metadata.h"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/core/vec.h"
 #include "octopus/ops/item_stats.h"
 
 namespace octopus {
+
+// item_stats' kernel's tuning (core/tuning.h).
+struct ItemStatsTuning {
+  int unroll_4byte;   // 16-byte vectors in flight per lane, elements of 4 bytes or more
+  int unroll;         // ... of 1 and 2 bytes
+  int blocks_per_sm;  // blocks per multiprocessor launched
+
+  static constexpr const char* kFamily = "item_stats";
+  // Hopper (sm_90), measured on an H100; every architecture until it is measured.
+  static constexpr ItemStatsTuning for_arch(int /*arch*/) { return ItemStatsTuning{4, 2, 8}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("unroll_4byte", unroll_4byte);
+    fn("unroll", unroll);
+    fn("blocks_per_sm", blocks_per_sm);
+  }
+};
+OCTOPUS_REGISTER_TUNING(ItemStatsTuning, item_stats);
+
 namespace {
 
 // Accumulator layout per (item, channel): S1, S2, min, max (min/max NaN-propagating).
@@ -54,8 +74,9 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
                                                                     const longlong2* __restrict__ plan,
                                                                     const int64_t* __restrict__ offsets, int64_t planes,
                                                                     double* __restrict__ acc) {
-  // 16-byte vectors (4 to 16 elements each), kUnroll in flight per lane (core/tuning.h).
-  constexpr int kUnroll = sizeof(T) >= 4 ? cuda::kTuning.stats.item_unroll_4byte : cuda::kTuning.stats.item_unroll;
+  // 16-byte vectors (4 to 16 elements each), kUnroll in flight per lane (ItemStatsTuning).
+  constexpr ItemStatsTuning kTuning = cuda::kPolicy<ItemStatsTuning>;
+  constexpr int kUnroll = sizeof(T) >= 4 ? kTuning.unroll_4byte : kTuning.unroll;
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
   const int64_t units = __ldg(&plan[0].x);
@@ -170,7 +191,7 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
     if (max_units > 0 && a.values.numel() > 0) {
       const int64_t warps = cuda::launch_warps_per_block();
       const int64_t blocks = std::min<int64_t>(
-          int64_t{cuda::multiprocessor_count()} * cuda::launch_tuning().stats.item_blocks_per_sm,
+          int64_t{cuda::multiprocessor_count()} * cuda::launch_policy<ItemStatsTuning>().blocks_per_sm,
           (max_units + warps - 1) / warps);
       item_stats_kernel<T><<<static_cast<unsigned>(blocks), cuda::launch_threads(), 0, stream>>>(
           a.values.data_ptr<T>(), reinterpret_cast<const longlong2*>(p.data_ptr<int64_t>()),

@@ -6,16 +6,20 @@
 #include <torch/library.h>
 
 #include "octopus/core/backend_cuda.cuh"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/core/fast_divide.h"
 #include "octopus/core/vec.h"
 #include "octopus/ops/padding.h"
 
 namespace octopus {
+
+OCTOPUS_REGISTER_TUNING(PaddingTuning, padding);
+
 namespace {
 
-// Device code's tuning (core/tuning.h); the host's is launch_tuning().padding.
-constexpr int64_t kSlotChunk = cuda::kTuning.padding.to_padded_chunk;
-constexpr int kPadUnroll = cuda::kTuning.padding.to_padded_unroll;
+// Device code's tuning (core/tuning.h); the host's is launch_policy<PaddingTuning>().
+constexpr int64_t kSlotChunk = cuda::kPolicy<PaddingTuning>.to_padded_chunk;
+constexpr int kPadUnroll = cuda::kPolicy<PaddingTuning>.to_padded_unroll;
 
 // One item as to_padded reads it: where its values start, its extents, and how many of its
 // values may be read at all (whatever unvalidated offsets say, never past the values).
@@ -148,7 +152,7 @@ at::Tensor to_padded_cuda(const at::Tensor& values, const at::Tensor& offsets, c
     div.leading = FastDivider::make(static_cast<uint32_t>(a.slot.stride[0]));
   }
   const int64_t m = a.offsets.numel() - 1;
-  const cuda::PaddingTuning& tuning = cuda::launch_tuning().padding;
+  const PaddingTuning tuning = cuda::launch_policy<PaddingTuning>();
   const int64_t chunks_per_slot = (a.slot.numel + tuning.to_padded_chunk - 1) / tuning.to_padded_chunk;
   const int64_t tasks = m * chunks_per_slot;
   const int64_t warps = cuda::launch_warps_per_block();

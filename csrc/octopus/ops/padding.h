@@ -20,6 +20,29 @@
 
 namespace octopus {
 
+// to_padded (ops/padding.cu) and from_padded's (below) tuning (core/tuning.h).
+struct PaddingTuning {
+  int to_padded_unroll;         // vectors in flight per lane
+  int to_padded_chunk;          // output elements per warp task (a multiple of every vector width)
+  int to_padded_blocks_per_sm;  // blocks per multiprocessor launched
+  int from_padded_unroll;       // vectors in flight per lane
+  int from_padded_gather;       // elements a lane gathers per turn of its row cursor
+
+  static constexpr const char* kFamily = "padding";
+  // Hopper (sm_90), measured on an H100; every architecture until it is measured.
+  static constexpr PaddingTuning for_arch(int /*arch*/) { return PaddingTuning{4, 4096, 8, 2, 16}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("to_padded_unroll", to_padded_unroll);
+    fn("to_padded_chunk", to_padded_chunk);
+    fn("to_padded_blocks_per_sm", to_padded_blocks_per_sm);
+    fn("from_padded_unroll", from_padded_unroll);
+    fn("from_padded_gather", from_padded_gather);
+  }
+  constexpr bool valid() const { return to_padded_chunk % 16 == 0; }  // whole vectors of every element size
+};
+static_assert(PaddingTuning::for_arch(900).valid());
+
 constexpr int kMaxItemDims = 4;
 
 // The shape of one dense slot ([*max_shape]) and its row-major strides.
@@ -41,7 +64,7 @@ OCTOPUS_HD int64_t item_extent(const int64_t* sizes, int64_t i, int dims, int k)
 template <typename T>
 struct FromPaddedOp {
   static constexpr int kVec = 16 / sizeof(T);
-  static constexpr int kUnroll = cuda::kTuning.padding.from_padded_unroll;
+  static constexpr int kUnroll = cuda::kPolicy<PaddingTuning>.from_padded_unroll;
   using InVec = Vec<T, kVec>;  // nothing is read from the packed buffer
 
   const T* __restrict__ padded;
@@ -103,7 +126,7 @@ struct FromPaddedOp {
   // rows allow them. The item's number of dimensions is a template argument: with a runtime
   // count the coordinates were indexed by a variable and lived in local memory, the
   // cursor's carries with them (a 224-byte stack frame).
-  static constexpr int kGather = cuda::kTuning.padding.from_padded_gather;
+  static constexpr int kGather = cuda::kPolicy<PaddingTuning>.from_padded_gather;
 
   __device__ void segment(const Item& it, int64_t g0, int64_t g1, int lane) const {
     switch (slot.dims) {

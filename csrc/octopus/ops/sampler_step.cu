@@ -5,9 +5,13 @@
 
 #include "octopus/core/driver_cuda.cuh"
 #include "octopus/core/metadata.h"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/ops/sampler_step_args.h"
 
 namespace octopus {
+
+OCTOPUS_REGISTER_TUNING(SamplerStepTuning, sampler_step);
+
 namespace {
 
 // No host reads here (the tables' contents are not checked on the host, which would
@@ -17,8 +21,8 @@ struct CudaSamplerBackend {
     const c10::cuda::CUDAGuard guard(a.sample.device());
     if (!metadata.has_value() && a.strategy != Strategy::Plan && a.strategy != Strategy::PlanHost) {
       // Latents of a few MB (a step's usual size) are too few 4096-element tiles to keep every
-      // multiprocessor busy: tiles shrink towards tiles_per_sm per SM (core/tuning.h).
-      const cuda::SamplerStepTuning& tuning = cuda::launch_tuning().sampler_step;
+      // multiprocessor busy: tiles shrink towards tiles_per_sm per SM (SamplerStepTuning).
+      const SamplerStepTuning tuning = cuda::launch_policy<SamplerStepTuning>();
       const int64_t per_tile = a.sample.numel() / (int64_t{cuda::multiprocessor_count()} * tuning.tiles_per_sm);
       while (a.block_elems > tuning.min_tile_elems && a.block_elems / 2 >= per_tile) a.block_elems /= 2;
     }

@@ -315,6 +315,32 @@ OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, 
   }
 }
 
+// The fused sampler step's tuning (core/tuning.h).
+struct SamplerStepTuning {
+  int unroll;
+  int min_blocks_per_sm;          // the step without history and correction inputs
+  int min_blocks_per_sm_general;  // the step that may read every input (~126 registers)
+  int tiles_per_sm;               // tiled strategies: tiles shrink towards this many per multiprocessor ...
+  int min_tile_elems;             // ... down to this many elements
+
+  static constexpr const char* kFamily = "sampler_step";
+  // Hopper (sm_90), measured on an H100: three blocks per SM measured as fast as four, whose
+  // 64-register cap spills more; for 17-26 MB latents, fewer, longer tiles beat one per
+  // resident warp (each tile pays a search and the coefficient math before its first load).
+  // Every architecture until it is measured.
+  static constexpr SamplerStepTuning for_arch(int /*arch*/) { return SamplerStepTuning{2, 3, 2, 16, 512}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("unroll", unroll);
+    fn("min_blocks_per_sm", min_blocks_per_sm);
+    fn("min_blocks_per_sm_general", min_blocks_per_sm_general);
+    fn("tiles_per_sm", tiles_per_sm);
+    fn("min_tile_elems", min_tile_elems);
+  }
+  constexpr bool valid() const { return min_tile_elems % 16 == 0; }
+};
+static_assert(SamplerStepTuning::for_arch(900).valid());
+
 // The optional latents a step functor reads. The common sets (none: DDIM with eta 0, Euler,
 // flow Euler; noise: DDIM with eta > 0; history: DPM-Solver++) are compile-time, so that their
 // functors hold registers for their own inputs only (three blocks per SM); Any checks every
@@ -327,12 +353,12 @@ struct SamplerStepOp {
   static constexpr bool kMayHistory = kInputs == StepInputs::History || kInputs == StepInputs::Any;
   static constexpr bool kMayCorrect = kInputs == StepInputs::Any;  // history2 and last_sample
   static constexpr int kVec = 16 / sizeof(scalar_t);
-  static constexpr int kUnroll = cuda::kTuning.sampler_step.unroll;
+  static constexpr SamplerStepTuning kTuning = cuda::kPolicy<SamplerStepTuning>;
+  static constexpr int kUnroll = kTuning.unroll;
   // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
-  // functor is compiled for fewer blocks per SM than the others (core/tuning.h).
-  static constexpr int kMinBlocksPerSm = kInputs == StepInputs::Any
-                                            ? cuda::kTuning.sampler_step.min_blocks_per_sm_general
-                                            : cuda::kTuning.sampler_step.min_blocks_per_sm;
+  // functor is compiled for fewer blocks per SM than the others.
+  static constexpr int kMinBlocksPerSm =
+      kInputs == StepInputs::Any ? kTuning.min_blocks_per_sm_general : kTuning.min_blocks_per_sm;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;

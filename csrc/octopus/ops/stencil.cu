@@ -3,9 +3,12 @@
 #include <torch/library.h>
 
 #include "octopus/core/backend_cuda.cuh"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/ops/stencil.h"
 
 namespace octopus {
+
+OCTOPUS_REGISTER_TUNING(StencilTuning, stencil);
 
 static_assert(Stencil3x3Op<float, float, float, false>::kStageWarps == cuda::kWarpsPerBlock,
               "the stencil's staged runs need one shared-memory slice per warp of the driver's blocks");

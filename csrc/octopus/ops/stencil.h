@@ -44,15 +44,41 @@ OCTOPUS_HD int64_t stencil_source(int64_t o, int t, int64_t n, Border border) {
   return s < 0 ? 0 : n - 1;
 }
 
+// The 3x3 stencils' tuning (core/tuning.h).
+struct StencilTuning {
+  int unroll;
+  int min_blocks_per_sm;     // the staged walk takes about 80 registers
+  int stage_bytes_per_warp;  // shared memory per warp for staged rows
+  int stage_load_unroll;     // 16-byte vectors in flight per lane while staging
+
+  static constexpr const char* kFamily = "stencil";
+  // Hopper (sm_90), measured on an H100: 3 blocks per SM instead of 4 (a few bytes spill at 80
+  // registers, far more at 64, which measured slower). Every architecture until it is measured.
+  static constexpr StencilTuning for_arch(int /*arch*/) { return StencilTuning{2, 3, 5632, 2}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("unroll", unroll);
+    fn("min_blocks_per_sm", min_blocks_per_sm);
+    fn("stage_bytes_per_warp", stage_bytes_per_warp);
+    fn("stage_load_unroll", stage_load_unroll);
+  }
+  // The staged rows of a block's warps fit the static 48 KB of shared memory.
+  constexpr bool valid(int arch) const {
+    return stage_bytes_per_warp * (cuda::DriverTuning::for_arch(arch).threads / 32) <= 48 * 1024;
+  }
+};
+static_assert(StencilTuning::for_arch(900).valid(900));
+
 template <typename in_t, typename out_t, typename acc_t, bool kAdjoint>
 struct Stencil3x3Op {
   // One element per lane (consecutive lanes, consecutive pixels: every neighbour read is
   // coalesced, and rows above and below hit the cache lines the neighbouring warps read).
   static constexpr int kVec = 1;
-  static constexpr int kUnroll = cuda::kTuning.stencil.unroll;
+  static constexpr StencilTuning kTuning = cuda::kPolicy<StencilTuning>;
+  static constexpr int kUnroll = kTuning.unroll;
   // The staged walk (the item's two dividers, a channel's kernel and the 3 x 3 window in
   // registers) takes about 80 registers: fewer blocks per multiprocessor than the driver's.
-  static constexpr int kMinBlocksPerSm = cuda::kTuning.stencil.min_blocks_per_sm;
+  static constexpr int kMinBlocksPerSm = kTuning.min_blocks_per_sm;
   using InVec = Vec<in_t, 1>;
 
   const in_t* __restrict__ in;
@@ -98,8 +124,8 @@ struct Stencil3x3Op {
 #ifdef __CUDACC__
   // The staged runs' shared memory: a slice per warp of the driver's blocks (44 KB per
   // block on sm_90).
-  static constexpr int kStageWarps = cuda::kTuning.driver.threads / 32;
-  static constexpr int kStageElems = cuda::kTuning.stencil.stage_bytes_per_warp / sizeof(acc_t);
+  static constexpr int kStageWarps = cuda::kPolicy<cuda::DriverTuning>.threads / 32;
+  static constexpr int kStageElems = kTuning.stage_bytes_per_warp / sizeof(acc_t);
 
   // The GPU driver's plan and block_search runs. The forward stencil of an item whose rows
   // fit three at a time in the warp's slice is staged (staged_segment); otherwise lane l
@@ -227,7 +253,7 @@ struct Stencil3x3Op {
       __pipeline_commit();
       __pipeline_wait_prior(0);
     } else {
-      constexpr int kUnrollLoads = cuda::kTuning.stencil.stage_load_unroll;
+      constexpr int kUnrollLoads = kTuning.stage_load_unroll;
       constexpr uint32_t kV = 16 / sizeof(in_t);
       using V = Vec<in_t, kV>;
       // Single values up to a 16-byte boundary, then 16-byte vectors, then the rest.

@@ -8,10 +8,30 @@
 
 #include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
+#include "octopus/core/tuning_registry.cuh"
 #include "octopus/core/vec.h"
 #include "octopus/ops/tile_stats.h"
 
 namespace octopus {
+
+// tile_stats' kernel's tuning (core/tuning.h).
+struct TileStatsTuning {
+  int rows;           // rows a warp has in flight
+  int blocks_per_sm;  // blocks per multiprocessor over the whole image (tiles split to get there)
+  int max_splits;     // blocks per tile at most
+
+  static constexpr const char* kFamily = "tile_stats";
+  // Hopper (sm_90), measured on an H100; every architecture until it is measured.
+  static constexpr TileStatsTuning for_arch(int /*arch*/) { return TileStatsTuning{2, 16, 64}; }
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+    fn("rows", rows);
+    fn("blocks_per_sm", blocks_per_sm);
+    fn("max_splits", max_splits);
+  }
+};
+OCTOPUS_REGISTER_TUNING(TileStatsTuning, tile_stats);
+
 namespace {
 
 template <typename T>
@@ -46,7 +66,7 @@ __global__ void __launch_bounds__(cuda::kThreads) tile_stats_kernel(
   const int64_t nv = vectors ? (b.w - head) / kV : 0;
   const int64_t tail = head + nv * kV;
   // A warp per row, kRows rows (a stride apart) at a time so that their loads are in flight together.
-  constexpr int kRows = cuda::kTuning.stats.tile_rows;
+  constexpr int kRows = cuda::kPolicy<TileStatsTuning>.rows;
   const int64_t stride = int64_t{splits} * cuda::kWarpsPerBlock;
   for (int64_t r = int64_t{split} * cuda::kWarpsPerBlock + warp; r < rows; r += kRows * stride) {
     const T* line[kRows];
@@ -121,11 +141,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cuda(const at::Tensor&
   TORCH_CHECK_VALUE(num_tiles < (int64_t{1} << 31), "at most 2^31 - 1 tiles, got ", num_tiles);
   // Accumulators: sum (float64), count above (uint64), blocks arrived (uint32, padded to 64 bits).
   const at::Tensor work = at::zeros({3, num_tiles}, image.options().dtype(at::kLong));
-  // Splits per tile: about tile_blocks_per_sm blocks per multiprocessor over the whole image.
-  const cuda::StatsTuning& tuning = cuda::launch_tuning().stats;
+  // Splits per tile: about blocks_per_sm blocks per multiprocessor over the whole image.
+  const TileStatsTuning tuning = cuda::launch_policy<TileStatsTuning>();
   const int64_t splits = std::clamp<int64_t>(
-      (int64_t{cuda::multiprocessor_count()} * tuning.tile_blocks_per_sm + num_tiles - 1) / num_tiles, 1,
-      tuning.tile_max_splits);
+      (int64_t{cuda::multiprocessor_count()} * tuning.blocks_per_sm + num_tiles - 1) / num_tiles, 1,
+      tuning.max_splits);
   dispatch_values_dtype(a.image.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     int64_t* w = work.data_ptr<int64_t>();

@@ -2,7 +2,10 @@
 is at its own timestep.
 
 Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x104 (a sample
-is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M. Modes,
+is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M, with the
+peers below; then the stochastic ones (Euler ancestral, DPM-Solver++ 2M SDE, DDPM), each with
+its noise given and with its noise drawn on the device (generation counted), and a batch that
+mixes all eight sampler kinds in one launch. Modes,
 side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
 (one scheduler per sample, where diffusers is installed), the same on 4 leased streams, and
 grouped by timestep (``PerSampleStepper``'s three modes); a vectorized plain-PyTorch step
@@ -14,7 +17,7 @@ history) at the device's measured copy bandwidth. CUDA events, medians after war
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -152,6 +155,68 @@ def run(measurer: Measurer, shapes, steps: int, repeats: int, copy_gbs: float, s
             if device.type == "cuda":
                 row("octopus fused, CUDA graph (per step)", _graph_per_step(sched, m, x, n, device,
                                                                                          measurer, repeats))
+        rows += _stochastic_and_mixed(measurer, shape_name, m, x, steps, repeats, copy_gbs)
+    return rows
+
+
+# The stochastic samplers: (name, scheduler, latents the step moves besides the model output
+# and the sample: noise read, history read and written).
+_STOCHASTIC = (("EulerAncestral", lambda: od.EulerAncestralDiscreteScheduler(), 1),
+               ("DPMSolverPP2MSDE", lambda: od.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++"), 3),
+               ("DDPM", lambda: od.DDPMScheduler(clip_sample=False), 1))
+
+
+def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, x: torch.Tensor, steps: int,
+                          repeats: int, copy_gbs: float) -> list:
+    """The stochastic samplers' fused step, noise given and noise drawn; then one launch over a
+    batch whose samples cycle through all eight sampler kinds, beside its slowest kind alone."""
+    device, n, nbytes = x.device, x.shape[0], x.numel() * x.element_size()
+    rows: list = []
+
+    def row(sampler, mode, measured, moved, note=""):
+        ms = measured["kernel_ms"] if measured else None
+        rows.append(dict(distribution=shape_name, items=n, elements=x.numel(), sampler=sampler,
+                         method=f"{sampler}: {mode}", mode=mode, strategy=None, block_elems=None, setup_ms=0.0,
+                         h2d_ms=0.0, metadata_mb=0.0, total_ms=ms, gbs=moved / ms / 1e6 if ms else None,
+                         pct_copy=100 * moved / ms / 1e6 / copy_gbs if ms else None, note=note,
+                         **(measured or dict(kernel_ms=None, peak_mb=None, energy_mj=None))))
+
+    z = torch.randn_like(x)
+    generator = torch.Generator(device=device).manual_seed(3)
+    picks = torch.randint(0, steps, (n,), generator=torch.Generator().manual_seed(1))
+    for sampler, make, extra in _STOCHASTIC:
+        sched = make()
+        sched.set_timesteps(steps, device=device)
+        if sampler == "DPMSolverPP2MSDE":
+            picks_used = torch.zeros_like(picks)  # its history must follow: every sample at its first step
+        else:
+            picks_used = picks
+        t = cast(torch.Tensor, sched.timesteps)[picks_used].to(device=device, dtype=torch.float64)
+        moved = (3 + extra) * nbytes
+        row(sampler, "memory floor", dict(kernel_ms=moved / copy_gbs / 1e6, peak_mb=None, energy_mj=None), moved,
+            "the step's bytes at the measured copy bandwidth")
+        row(sampler, "octopus fused, noise given",
+            measurer.measure(lambda: sched.step(m, x, t, variance_noise=z, validate=False), warmup=5,
+                             repeats=repeats), moved)
+        row(sampler, "octopus fused, noise drawn",
+            measurer.measure(lambda: sched.step(m, x, t, generator=generator, validate=False), warmup=5,
+                             repeats=repeats), moved, "torch.randn of the batch's shape counted")
+    # Every kind in one launch: sample i reads row i % 8 at its own step.
+    makers = [od.DDIMScheduler(clip_sample=False), od.EulerDiscreteScheduler(), od.FlowMatchEulerDiscreteScheduler(),
+              od.DPMSolverMultistepScheduler(), od.UniPCMultistepScheduler()] + [make() for _, make, _ in _STOCHASTIC]
+    kinds = [s.sampler_row(steps) for s in makers]
+    tables = od.rows.RowTables.build(kinds, device)
+    sample_rows = (torch.arange(n) % len(kinds)).to(device)
+    t = torch.tensor([kinds[i % len(kinds)].keys[0] for i in range(n)], dtype=torch.float64, device=device)
+    values, offsets = x.reshape(-1), torch.arange(n + 1, device=device) * x[0].numel()
+    state = od.rows.state_tensor(3, values.numel(), values)
+    moved = 8 * nbytes  # model output, sample, noise, prev and UniPC's three state rows read and written (upper bound)
+    row("mixed", "memory floor", dict(kernel_ms=moved / copy_gbs / 1e6, peak_mb=None, energy_mj=None), moved,
+        "the heaviest kind's bytes at the measured copy bandwidth")
+    row("mixed", "octopus fused, 8 kinds in one launch", measurer.measure(
+        lambda: od.rows.fused_step(m.reshape(-1), values, offsets, t, tables, sample_rows=sample_rows,
+                                   noise=z.reshape(-1), state=state), warmup=5, repeats=repeats), moved,
+        "compare with each kind alone above")
     return rows
 
 
