@@ -163,6 +163,33 @@ def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float6
         assert_matches(result.latents, diffusers_alone(model, request, torch.float64), rtol=1e-5)
 
 
+def calculate_shift(image_seq_len, base_seq_len=256, max_seq_len=4096, base_shift=0.5, max_shift=1.15):
+    """diffusers' Flux and SD3 pipelines' mu (pipeline_flux.py's calculate_shift, as written there)."""
+    m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
+    b = base_shift - m * base_seq_len
+    return image_seq_len * m + b
+
+
+def test_flow_matching_requests_without_mu_get_their_resolutions_shift_float64():
+    """use_dynamic_shifting without mu: each request's mu from its own latent size, as an SD3 or
+    Flux pipeline computes it for that resolution (2x2 patches), in one running batch."""
+    model = tiny_unet()
+    config = dict(use_dynamic_shifting=True, base_image_seq_len=4, max_image_seq_len=64, base_shift=0.4,
+                  max_shift=1.3)
+    requests = [dict(shape=shape, scheduler="FlowMatchEulerDiscreteScheduler", scheduler_config=config,
+                     num_inference_steps=steps, seed=4000 + i)
+                for i, (shape, steps) in enumerate([((4, 8, 8), 5), ((4, 16, 8), 7), ((4, 8, 12), 4)])]
+    with torch.no_grad(), od.ContinuousSampler(model, max_batch=4) as sampler:
+        results = [f.result(timeout=300) for f in submit_in_waves(sampler, requests, waves=1)]
+    mus = set()
+    for request, result in zip(requests, results):
+        _, h, w = request["shape"]
+        mu = calculate_shift((h // 2) * (w // 2), 4, 64, 0.4, 1.3)
+        mus.add(round(mu, 6))
+        assert_matches(result.latents, diffusers_alone(model, dict(request, mu=mu), torch.float64), rtol=1e-6)
+    assert len(mus) == 3, "three resolutions, three shifts"
+
+
 # The stochastic samplers, each request's noise drawn from its own generator.
 STOCHASTIC = [
     ("DDPMScheduler", {}, {}),

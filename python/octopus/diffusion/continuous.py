@@ -209,7 +209,7 @@ class ContinuousSampler:
             raise ValueError("the request names no scheduler and the sampler has no default (scheduler=...)")
         with self._lock:
             scheduler = resolve_scheduler(spec, request.scheduler_config, self._schedulers)
-        row = sampler_row(scheduler, request)
+        row = sampler_row(scheduler, request, shape)
         running = _Running(key=None, shape=shape, state_rows=row.state_rows, request=request, row=row,
                            priority=priority, deadline=deadline, submitted=time.monotonic())
         running.pending_latents = self._initial_latents(request, row, running)

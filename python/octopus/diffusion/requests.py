@@ -57,7 +57,9 @@ class SamplingRequest:
             models) on the guided prediction: blended with itself rescaled to the standard
             deviation of the conditional prediction, by this factor in [0, 1] (0: off).
         eta: DDIM's stochasticity.
-        mu: the time shift of a flow-matching scheduler with use_dynamic_shifting.
+        mu: the time shift of a flow-matching scheduler with use_dynamic_shifting; without it,
+            the sampler computes it from the latents' resolution as SD3 and Flux pipelines do
+            (:meth:`~octopus.diffusion.FlowMatchEulerDiscreteScheduler.mu_for`, 2x2 patches).
         priority: ``"low"``, ``"normal"``, ``"high"`` or an int (higher first).
         deadline: seconds from submission by which the request must have started; later,
             it fails with :class:`octopus.DeadlineMissed`. Within a priority, earlier deadlines
@@ -127,8 +129,9 @@ def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None,
     return cache[key]
 
 
-def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingRequest) -> SamplerRow:
-    """The request's sampler as one row of the fused step's tables."""
+def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingRequest,
+                shape: Sequence[int]) -> SamplerRow:
+    """The request's sampler as one row of the fused step's tables (``shape``: its latents')."""
     steps = request.num_inference_steps
     options: dict[str, float] = {}
     if request.eta:
@@ -141,6 +144,8 @@ def sampler_row(scheduler: schedulers._BatchedScheduler, request: SamplingReques
         if not isinstance(scheduler, schedulers.FlowMatchEulerDiscreteScheduler):
             raise ValueError(f"mu is a flow-matching option; {type(scheduler).__name__} has none")
         options["mu"] = float(request.mu)
+    elif isinstance(scheduler, schedulers.FlowMatchEulerDiscreteScheduler) and scheduler.use_dynamic_shifting:
+        options["mu"] = scheduler.mu_for(shape)  # per resolution, as SD3 and Flux pipelines compute it
     return scheduler.sampler_row(steps, **options)
 
 

@@ -544,24 +544,45 @@ class FlowMatchEulerDiscreteScheduler(_SigmaScheduler):
     rectified flow) for a batch with one timestep per sample: ``x + (sigma_next - sigma) * v``.
 
     Supported: shift (static), or use_dynamic_shifting with ``mu`` (exponential time shift)
-    given to set_timesteps. Not: shift_terminal, karras / exponential / beta sigmas,
+    given to set_timesteps, or computed per resolution by :meth:`mu_for` as SD3 and Flux
+    pipelines compute it. Not: shift_terminal, karras / exponential / beta sigmas,
     invert_sigmas, stochastic_sampling, per-token timesteps.
     """
 
-    _config_keys = ("num_train_timesteps", "shift", "use_dynamic_shifting")
+    _config_keys = ("num_train_timesteps", "shift", "use_dynamic_shifting", "base_shift", "max_shift",
+                    "base_image_seq_len", "max_image_seq_len")
     _unsupported = {"shift_terminal": {None}, "use_karras_sigmas": {False, None},
                     "use_exponential_sigmas": {False, None}, "use_beta_sigmas": {False, None},
                     "invert_sigmas": {False}, "stochastic_sampling": {False}, "time_shift_type": {"exponential"}}
 
-    def __init__(self, num_train_timesteps: int = 1000, shift: float = 1.0, use_dynamic_shifting: bool = False):
+    def __init__(self, num_train_timesteps: int = 1000, shift: float = 1.0, use_dynamic_shifting: bool = False,
+                 base_shift: float | None = 0.5, max_shift: float | None = 1.15, base_image_seq_len: int = 256,
+                 max_image_seq_len: int = 4096):
         super().__init__(num_train_timesteps, "epsilon")  # unused: flow_euler's model predicts a velocity
         self.shift, self.use_dynamic_shifting = float(shift), bool(use_dynamic_shifting)
+        self.base_shift, self.max_shift = base_shift, max_shift
+        self.base_image_seq_len, self.max_image_seq_len = int(base_image_seq_len), int(max_image_seq_len)
         t = np.linspace(1, num_train_timesteps, num_train_timesteps, dtype=np.float32)[::-1].copy()
         sigmas = torch.from_numpy(t) / num_train_timesteps
         if not use_dynamic_shifting:
             sigmas = shift * sigmas / (1 + (shift - 1) * sigmas)
         self._sigma_min, self._sigma_max = sigmas[-1].item(), sigmas[0].item()
         self._mu: float | None = None
+
+    def mu_for(self, latent_shape: Sequence[int], patch_size: int = 2) -> float:
+        """The time shift ``mu`` of use_dynamic_shifting for latents of ``latent_shape``
+        (``(channels, height, width)``), as SD3 and Flux pipelines compute it: linear in the
+        image's token count ``(height // patch_size) * (width // patch_size)`` between
+        (base_image_seq_len, base_shift) and (max_image_seq_len, max_shift) of the config
+        (diffusers' ``calculate_shift``)."""
+        if len(latent_shape) != 3:
+            raise ValueError(f"mu_for needs (channels, height, width) latents, got shape {tuple(latent_shape)}: "
+                             "give mu for others")
+        if self.base_shift is None or self.max_shift is None:
+            raise ValueError("mu_for needs base_shift and max_shift in the scheduler's config")
+        tokens = (int(latent_shape[1]) // patch_size) * (int(latent_shape[2]) // patch_size)
+        slope = (self.max_shift - self.base_shift) / (self.max_image_seq_len - self.base_image_seq_len)
+        return tokens * slope + self.base_shift - slope * self.base_image_seq_len
 
     def set_timesteps(self, num_inference_steps: int | Sequence[int], device: torch.device | str | None = None,
                       mu: float | None = None) -> None:
