@@ -124,7 +124,7 @@ def submit_in_waves(sampler, requests, waves=3):
 
 def test_codes_come_from_the_library():
     assert od.SAMPLER_KINDS == ("ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc", "euler_ancestral",
-                                "dpm_solver_pp_2m_sde", "ddpm")
+                                "dpm_solver_pp_2m_sde", "ddpm", "dpm_solver_pp_3m")
     assert od.PREDICTION_TYPES == ("epsilon", "v_prediction", "sample", "flow")
 
 
@@ -151,7 +151,9 @@ def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float6
                ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, **sd), 7),
                ("UniPCMultistepScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min"), 9),
                ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, final_sigmas_type="sigma_min"), 5),
-               ("EulerDiscreteScheduler", dict(use_exponential_sigmas=True, timestep_spacing="trailing"), 6)]
+               ("EulerDiscreteScheduler", dict(use_exponential_sigmas=True, timestep_spacing="trailing"), 6),
+               ("DPMSolverMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, **sd), 18),
+               ("DPMSolverMultistepScheduler", dict(solver_order=3), 6)]
     requests = [dict(shape=SHAPES[i % len(SHAPES)], scheduler=name, scheduler_config=config, num_inference_steps=steps,
                      seed=2000 + i) for i, (name, config, steps) in enumerate(configs)]
     model = tiny_unet()

@@ -63,6 +63,12 @@ CASES = [
                                          timestep_spacing="trailing", use_karras_sigmas=True), {}),
     ("UniPCMultistepScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction",
                                      timestep_spacing="trailing"), {}),
+    # DPM-Solver++ 3M: each sample's last two x0 kept; lower orders at its start and end.
+    ("DPMSolverMultistepScheduler", dict(solver_order=3), {}),
+    ("DPMSolverMultistepScheduler", dict(solver_order=3, final_sigmas_type="sigma_min", lower_order_final=False,
+                                         prediction_type="v_prediction", beta_schedule="scaled_linear",
+                                         beta_start=0.00085, beta_end=0.012), {}),
+    ("DPMSolverMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, prediction_type="sample"), {}),
     # Stochastic samplers: each sample's noise at each step as diffusers draws it (from a
     # generator seeded per sample and step, or given).
     ("DDPMScheduler", {}, dict(noise=True)),
@@ -255,7 +261,8 @@ def test_return_x0_and_half_precision():
 @pytest.mark.parametrize("name, config", [
     ("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("FlowMatchEulerDiscreteScheduler", {}),
     ("DPMSolverMultistepScheduler", {}), ("UniPCMultistepScheduler", {}), ("DDPMScheduler", {}),
-    ("EulerAncestralDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++"))])
+    ("EulerAncestralDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", dict(algorithm_type="sde-dpmsolver++")),
+    ("DPMSolverMultistepScheduler", dict(solver_order=3))])
 def test_opcheck(device, name, config):
     sched = getattr(od, name)(**config)
     sched.set_timesteps(8, device=device)
@@ -326,7 +333,9 @@ def test_bad_input_gets_clear_errors():
     with pytest.raises(ValueError, match="exclusive"):
         od.DPMSolverMultistepScheduler(use_karras_sigmas=True, use_exponential_sigmas=True)
     with pytest.raises(NotImplementedError, match="solver_order"):
-        od.DPMSolverMultistepScheduler.from_config({"solver_order": 3})
+        od.DPMSolverMultistepScheduler.from_config({"solver_order": 1})
+    with pytest.raises(NotImplementedError, match="solver_order=3 with algorithm_type='sde-dpmsolver\+\+'"):
+        od.DPMSolverMultistepScheduler(solver_order=3, algorithm_type="sde-dpmsolver++")
     with pytest.raises(NotImplementedError, match="trained_betas"):
         od.DDIMScheduler.from_config({"trained_betas": [0.1, 0.2]})
     with pytest.raises(NotImplementedError, match="disable_corrector"):
@@ -369,6 +378,7 @@ def _mixed_rows():
             od.DDPMScheduler(prediction_type="v_prediction").sampler_row(11),
             od.EulerAncestralDiscreteScheduler().sampler_row(9),
             od.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++").sampler_row(7),
+            od.DPMSolverMultistepScheduler(solver_order=3, prediction_type="v_prediction").sampler_row(16),
             od.UniPCMultistepScheduler(prediction_type="sample", lower_order_final=False).sampler_row(30)]
 
 
@@ -384,7 +394,7 @@ def test_one_launch_of_mixed_samplers_equals_each_sampler_alone(device, dtype):
     rows = _mixed_rows()
     g = torch.Generator().manual_seed(4)
     # Samples (ragged, one empty) in shuffled rows; two share a row; rows[-1] is used by none.
-    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1, 9, 8, 10, 9]
+    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1, 9, 8, 10, 9, 11]
     sizes = [4 * int(torch.randint(0, 30, (1,), generator=g)) for _ in sample_rows]
     sizes[4] = 0
     offsets = torch.tensor([0] + sizes).cumsum(0).to(device)
@@ -454,8 +464,10 @@ def test_bad_rows_get_clear_errors():
         call(state_=None)
     with pytest.raises(ValueError, match="unipc, which needs a state of 3 rows"):
         call(rows_=torch.tensor([0, 7]))
-    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 12"):
-        call(rows_=torch.tensor([0, 12]))
+    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 13"):
+        call(rows_=torch.tensor([0, 13]))
+    with pytest.raises(ValueError, match="dpm_solver_pp_3m, which needs a state of 3 rows"):
+        call(rows_=torch.tensor([0, 11]))
     with pytest.raises(ValueError, match="euler_ancestral, which adds noise at its steps: pass noise"):
         call(rows_=torch.tensor([0, 9]))
     with pytest.raises(ValueError, match="ddim with eta > 0, which adds noise"):

@@ -56,7 +56,7 @@ struct SamplerRow {
   const double* schedule;  // `length` timesteps
   const double* table;     // `table_length` entries
   int64_t length, table_length, step_ratio;
-  bool final_first_order, clipped_model_output;
+  bool final_first_order, clipped_model_output, final_second_order;
   double final_alpha_cumprod, eta, clip_range;
 };
 
@@ -84,6 +84,7 @@ OCTOPUS_HD SamplerRow sampler_row(const SamplerParams& P, int64_t row) {
   r.step_ratio = info[RowInfo::kStepRatio];
   r.final_first_order = info[RowInfo::kFinalFirstOrder] != 0;
   r.clipped_model_output = info[RowInfo::kClippedModelOutput] != 0;
+  r.final_second_order = info[RowInfo::kFinalSecondOrder] != 0;
   r.final_alpha_cumprod = scalars[RowScalars::kFinalAlphaCumprod];
   r.eta = scalars[RowScalars::kEta];
   r.clip_range = scalars[RowScalars::kClipRange];
@@ -161,6 +162,13 @@ OCTOPUS_HD void alpha_sigma(double sigma, double* alpha, double* sigma_t) {
   *sigma_t = sigma * *alpha;
 }
 
+// log(alpha) - log(sigma) of a sigma (+inf at sigma 0).
+OCTOPUS_HD double lambda_of(double sigma) {
+  double alpha, sigma_t;
+  alpha_sigma(sigma, &alpha, &sigma_t);
+  return log(alpha) - log(sigma_t);
+}
+
 OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
   const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
   const double* sigmas = R.table;
@@ -208,7 +216,22 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
   c.q = weight;
   if (sde) c.s = sigma_t * sqrt(1.0 - exp(-2.0 * h));
   const bool first_order = k == 0 || (k == length - 1 && R.final_first_order);
-  if (!first_order) {
+  const bool third_order = R.kind == SamplerKind::DPMSolverPP3M && !first_order && k >= 2 &&
+                           !(k == length - 2 && R.final_second_order);
+  if (third_order) {
+    // D0 = m0 (this x0), D1_0 = (m0 - m1) / r0, D1_1 = (m1 - m2) / r1 (m1 = h, m2 = h2),
+    // D1 = D1_0 + r0 / (r0 + r1) (D1_0 - D1_1), D2 = (D1_0 - D1_1) / (r0 + r1);
+    // prev = sigma_t / sigma_s0 x + A D0 + B D1 + C D2, expanded into m0, m1, m2. The m2
+    // term rides on xs = x + c2 h2 (p != 0 here: a final sigma of 0 makes the last step first order).
+    const double lambda_s1 = lambda_of(sigmas[k - 1]), lambda_s2 = lambda_of(sigmas[k - 2]);
+    const double r0 = (lambda_s0 - lambda_s1) / h, r1 = (lambda_s1 - lambda_s2) / h;
+    const double em1 = exp(-h) - 1.0;
+    const double A = -alpha_t * em1, B = alpha_t * (em1 / h + 1.0), C = -alpha_t * ((em1 + h) / (h * h) - 0.5);
+    const double rs = r0 + r1;
+    c.q = A + B / r0 + B / rs + C / (r0 * rs);
+    c.u = B * (-1.0 / r0 + r0 / rs * (-1.0 / r0 - 1.0 / r1)) + C * (-1.0 / r0 - 1.0 / r1) / rs;
+    c.c2 = (B * r0 / (rs * r1) + C / (r1 * rs)) / c.p;
+  } else if (!first_order) {
     double alpha_s1, sigma_s1;
     alpha_sigma(sigmas[k - 1], &alpha_s1, &sigma_s1);
     const double r0 = (lambda_s0 - (log(alpha_s1) - log(sigma_s1))) / h;
@@ -216,13 +239,6 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
     c.u = -0.5 * weight / r0;
   }
   return c;
-}
-
-// log(alpha) - log(sigma) of a sigma (+inf at sigma 0).
-OCTOPUS_HD double lambda_of(double sigma) {
-  double alpha, sigma_t;
-  alpha_sigma(sigma, &alpha, &sigma_t);
-  return log(alpha) - log(sigma_t);
 }
 
 // UniPC's B(h) weights for one update of `order` (1 or 2) with step ratio rk (order 2):

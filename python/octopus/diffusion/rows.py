@@ -24,7 +24,7 @@ from .._registrations import register_fake
 _LAYOUT = _library._C.sampler_step_layout
 SAMPLER_KINDS: tuple[str, ...] = tuple(_LAYOUT["kinds"])
 """The fused samplers: ``ddim``, ``euler``, ``flow_euler``, ``dpm_solver_pp_2m``, ``unipc``,
-``euler_ancestral``, ``dpm_solver_pp_2m_sde``, ``ddpm``."""
+``euler_ancestral``, ``dpm_solver_pp_2m_sde``, ``ddpm``, ``dpm_solver_pp_3m``."""
 PREDICTION_TYPES: tuple[str, ...] = tuple(_LAYOUT["predictions"])
 """What a model predicts: ``epsilon``, ``v_prediction``, ``sample``, or ``flow`` (flow_euler's velocity)."""
 _KIND_CODE = {name: code for code, name in enumerate(SAMPLER_KINDS)}
@@ -32,7 +32,7 @@ _PREDICTION_CODE = {name: code for code, name in enumerate(PREDICTION_TYPES)}
 _INFO_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_info"])}
 _SCALAR_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_scalars"])}
 # Multistep state rows each kind reads and writes (sampler_step's `state`).
-_STATE_ROWS = {"dpm_solver_pp_2m": 1, "dpm_solver_pp_2m_sde": 1, "unipc": 3}
+_STATE_ROWS = {"dpm_solver_pp_2m": 1, "dpm_solver_pp_2m_sde": 1, "unipc": 3, "dpm_solver_pp_3m": 3}
 # Kinds whose table is alphas_cumprod indexed by timestep (the others: sigmas, one per step and the last).
 ALPHAS_KINDS = ("ddim", "ddpm")
 # Kinds that add noise at every step (ddim adds it where eta > 0, ddpm at every timestep but 0).
@@ -51,6 +51,7 @@ class SamplerRow:
     indexed by timestep) or the sigmas (one more than timesteps, the last the final sigma).
     ``step_ratio``: ddim's ``num_train_timesteps // num_inference_steps``.
     ``final_first_order``: DPM-Solver++'s last step is first order / UniPC's lower_order_final.
+    ``final_second_order``: DPM-Solver++ 3M's second-to-last step is second order.
     ``init_noise_sigma``: the scale of a sample's initial noise (diffusers' attribute).
     The rest are ddim's options (``clip_range`` ddpm's too).
     """
@@ -61,6 +62,7 @@ class SamplerRow:
     table: np.ndarray
     step_ratio: int = 0
     final_first_order: bool = False
+    final_second_order: bool = False
     init_noise_sigma: float = 1.0
     final_alpha_cumprod: float = 1.0
     eta: float = 0.0
@@ -208,7 +210,8 @@ class RowTables(NamedTuple):
 def _row_info(row: SamplerRow) -> np.ndarray:
     values = dict(kind=_KIND_CODE[row.kind], prediction=_PREDICTION_CODE[row.prediction], length=row.num_steps,
                   table_length=len(row.table), step_ratio=row.step_ratio,
-                  final_first_order=int(row.final_first_order), clipped_model_output=int(row.clipped_model_output))
+                  final_first_order=int(row.final_first_order), clipped_model_output=int(row.clipped_model_output),
+                  final_second_order=int(row.final_second_order))
     return _columns(values, _INFO_COLUMN, np.int64)
 
 

@@ -622,16 +622,16 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min; use_karras_sigmas
     ("DPM++ 2M Karras") or use_exponential_sigmas. A sample's first step is first order; its
     later steps need the history of its previous step (steps must follow each other:
-    ``validate`` checks it, and tells a repeated timestep's steps apart by it). Not: lu / beta
-    / flow sigmas, thresholding, SDE variants, order 1 or 3, heun, custom timesteps.
+    ``validate`` checks it, and tells a repeated timestep's steps apart by it); solver_order 3
+    ("DPM++ 3M", dpmsolver++ only: each sample's last two x0 kept). Not: lu / beta / flow
+    sigmas, thresholding, sde-dpmsolver (without ++), order 1, heun, custom timesteps.
     """
 
-    _state_rows = 1  # the last x0
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
         "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type", "use_karras_sigmas",
-        "use_exponential_sigmas", "rescale_betas_zero_snr", "algorithm_type")
-    _unsupported = {"algorithm_type": {"dpmsolver++", "sde-dpmsolver++"}, "solver_order": {2},
+        "use_exponential_sigmas", "rescale_betas_zero_snr", "algorithm_type", "solver_order")
+    _unsupported = {"algorithm_type": {"dpmsolver++", "sde-dpmsolver++"}, "solver_order": {2, 3},
                     "solver_type": {"midpoint"},
                     "thresholding": {False}, "use_lu_lambdas": {False, None}, "use_beta_sigmas": {False, None},
                     "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
@@ -642,8 +642,13 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
                  steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
                  final_sigmas_type: str = "zero", use_karras_sigmas: bool | None = False,
                  use_exponential_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False,
-                 algorithm_type: str = "dpmsolver++"):
+                 algorithm_type: str = "dpmsolver++", solver_order: int = 2):
         super().__init__(num_train_timesteps, prediction_type)
+        if solver_order not in (2, 3) or (solver_order == 3 and algorithm_type != "dpmsolver++"):
+            raise NotImplementedError(f"solver_order={solver_order!r} with algorithm_type={algorithm_type!r} is not "
+                                      "supported by octopus's fused step (supported: order 2, and order 3 with "
+                                      "'dpmsolver++')")
+        self.solver_order = int(solver_order)
         if final_sigmas_type not in ("zero", "sigma_min"):
             raise ValueError(f"final_sigmas_type must be 'zero' or 'sigma_min', got {final_sigmas_type!r}")
         if algorithm_type not in ("dpmsolver++", "sde-dpmsolver++"):
@@ -681,8 +686,11 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
             t = (fractional.round() if self._rounds_sigma_timesteps() else fractional).astype(np.int64)
         sigmas = np.concatenate([sigmas, [self._last_sigma(sigmas, train_sigmas)]]).astype(np.float32).astype(np.float64)
         kind = "dpm_solver_pp_2m_sde" if self.algorithm_type == "sde-dpmsolver++" else "dpm_solver_pp_2m"
+        if self.solver_order == 3:
+            kind = "dpm_solver_pp_3m"
         return SamplerRow(kind, self.prediction_type, t.astype(np.float64), sigmas,
-                          final_first_order=self._final_first_order(len(t)))
+                          final_first_order=self._final_first_order(len(t)),
+                          final_second_order=self.solver_order == 3 and self.lower_order_final and len(t) < 15)
 
     def _rounds_sigma_timesteps(self) -> bool:
         """Whether diffusers rounds the timesteps of a Karras or exponential schedule (DPM-Solver++:
@@ -728,7 +736,7 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         values = sample.values if isinstance(sample, RaggedBatch) else sample
         if self._state is None or self._state.shape[1] != values.numel() or self._state.dtype != values.dtype \
                 or self._state.device != values.device:
-            self._state = state_tensor(self._state_rows, values.numel(), values)
+            self._state = state_tensor(max(r.state_rows for r in self._rows), values.numel(), values)
         return self._step(model_output, sample, timesteps, noise=noise, state=self._state, return_x0=return_x0,
                           validate=validate)
 
@@ -747,7 +755,6 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     orders other than 2, disable_corrector, solver_p, beta / flow sigmas, thresholding.
     """
 
-    _state_rows = 3  # the last two x0 and the last corrected sample
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final", "final_sigmas_type", "use_karras_sigmas",
                     "use_exponential_sigmas", "rescale_betas_zero_snr")
