@@ -254,6 +254,8 @@ class StreamScheduler:
         self._impl = _C.StreamScheduler(self.config.native(), backend, int(simulated_devices), bool(use_nvml))
         self._cuda = backend == "cuda"
         self._streams: dict[int, torch.cuda.Stream] = {}  # by stream pointer
+        # torch.device per index, made once: acquire + release is on latency-critical paths.
+        self._torch_devices: dict[int, torch.device] = {}
         self._executor = LeaseExecutor(self)
 
     # -- leases -------------------------------------------------------------------------
@@ -494,7 +496,13 @@ class StreamScheduler:
     def _wrap(self, lease: Any) -> Lease:
         if self._impl.has_reports:
             self._warn_reports()
-        return Lease(lease, self, torch.device("cuda", lease.device) if self._cuda else None)
+        if not self._cuda:
+            return Lease(lease, self, None)
+        index = lease.device
+        device = self._torch_devices.get(index)
+        if device is None:
+            device = self._torch_devices[index] = torch.device("cuda", index)
+        return Lease(lease, self, device)
 
     def _stream(self, ptr: int, device: torch.device) -> torch.cuda.Stream:
         """The torch stream of a pool stream (made once per stream)."""
