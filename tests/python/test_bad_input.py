@@ -153,6 +153,20 @@ def test_cpu_refuses_a_plan_that_misplaces_elements():
         torch.ops.octopus.affine(values, offsets, scale, scale, "lookup", 0, table, True)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_cuda_plan_that_misplaces_elements_stays_in_bounds():
+    """On the GPU a plan passed in is checked for its shape only (its contents would need a
+    synchronization): elements it misplaces get wrong values, never parameters read from
+    outside the scale and bias tensors."""
+    values, offsets, plan = hand_made_plan_claiming_item_1("cuda")
+    scale = torch.rand(2, 3, device="cuda") + 1
+    bias = torch.rand(2, 3, device="cuda")
+    out = torch.ops.octopus.affine(values, offsets, scale, bias, "plan", 4096, plan, True)
+    candidates = values[:, None] * scale.reshape(1, -1) + bias.reshape(1, -1)  # every (item, channel)
+    assert ((out[:, None] - candidates).abs() <= 1e-6 * candidates.abs()).any(1).all()
+
+
 def test_misaligned_plan_is_refused(device):
     batch = octopus.RaggedBatch.from_tensors([torch.rand(40), torch.rand(8)], device=device)
     plan = batch.plan(16)

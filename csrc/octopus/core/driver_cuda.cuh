@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "octopus/core/checks.h"
+#include "octopus/core/per_device.h"
 #include "octopus/core/plan.h"
 #include "octopus/core/tuning.h"
 
@@ -212,24 +213,25 @@ __global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Op>::value) ragged_ke
 
 // Multiprocessors of the current device, read once per device.
 inline int multiprocessor_count() {
-  static int counts[64] = {};
-  const int device = c10::cuda::current_device();
-  if (counts[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device));
-  }
-  return counts[device];
+  static PerDevice<int> counts;
+  return counts.get([](int device) {
+    int count = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  });
 }
 
-// Blocks of the driver's kernel for (Loc, Op) that fit on one multiprocessor, read once.
+// Blocks of the driver's kernel for (Loc, Op) that fit on one multiprocessor of the current
+// device (its architecture's code and registers), read once per device.
 template <class Loc, class Op>
 int max_blocks_per_sm() {
-  static const int blocks_per_sm = [] {
+  static PerDevice<int> blocks_per_sm;
+  return blocks_per_sm.get([](int) {
     int blocks = 0;
     C10_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, ragged_kernel<Loc, Op>, launch_threads(), 0));
     return std::max(blocks, 1);
-  }();
-  return blocks_per_sm;
+  });
 }
 
 // Launches a persistent grid: as many blocks as fit on the device at once, or fewer

@@ -6,8 +6,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
 
-#include <array>
-
+#include "octopus/core/per_device.h"
 #include "octopus/core/tuning_registry.cuh"
 
 namespace octopus::cuda {
@@ -16,19 +15,15 @@ namespace {
 // Compiled like every octopus kernel: its PTX version on a device is theirs.
 __global__ void arch_probe_kernel() {}
 
-constexpr int kMaxDevices = 64;
-
 }  // namespace
 
 int launch_arch() {
-  static std::array<int, kMaxDevices> arch{};
-  const int device = c10::cuda::current_device();
-  if (arch[device] == 0) {
+  static PerDevice<int> arch;
+  return arch.get([](int) {
     cudaFuncAttributes attributes{};
     C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, arch_probe_kernel));
-    arch[device] = attributes.ptxVersion * 10;  // 90 -> 900, as __CUDA_ARCH__ counts
-  }
-  return arch[device];
+    return attributes.ptxVersion * 10;  // 90 -> 900, as __CUDA_ARCH__ counts
+  });
 }
 
 std::vector<TuningFamily>& tuning_families() {

@@ -122,7 +122,9 @@ struct ItemParamOp {
     const int64_t c = (local >> 31) == 0 && (it.plane >> 31) == 0
                           ? static_cast<int64_t>(static_cast<uint32_t>(local) / static_cast<uint32_t>(it.plane))
                           : local / it.plane;
-    return c < channels - 1 ? c : channels - 1;
+    // Clamped both ways: an element placed before its item's start (a plan passed in, or
+    // unvalidated offsets on the GPU) must not read parameters before the item's row.
+    return c < 0 ? 0 : (c < channels - 1 ? c : channels - 1);
   }
 };
 
