@@ -99,6 +99,15 @@ class SampleResult:
     iterations: int = 0       # sampler iterations the request took part in (its steps)
 
 
+def config_values(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of a diffusers scheduler config as ``from_config`` passes them on: without
+    private keys, and without the ones its scheduler left at their defaults
+    (``_use_default_values``: another class then uses its own defaults for them, as diffusers'
+    ``OtherScheduler.from_config(config)`` does)."""
+    defaults = set(config.get("_use_default_values", ()))
+    return {k: v for k, v in dict(config).items() if not k.startswith("_") and k not in defaults}
+
+
 def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None,
                       cache: dict[tuple[type, str], schedulers._BatchedScheduler]) -> schedulers._BatchedScheduler:
     """The ``octopus.diffusion`` scheduler a request names (built once per class and config)."""
@@ -121,7 +130,7 @@ def resolve_scheduler(spec: Any, config: Mapping[str, Any] | None,
     cls = _SCHEDULERS.get(name)
     if cls is None:
         raise ValueError(f"scheduler {name!r} is not fused by octopus; choose from {sorted(_SCHEDULERS)}")
-    merged = {k: v for k, v in dict(base).items() if not k.startswith("_")}
+    merged = config_values(base)
     merged.update(config or {})
     key = (cls, repr(sorted(merged.items())))
     if key not in cache:

@@ -1,0 +1,334 @@
+"""A text-to-image server around a diffusers pipeline: prompts in, images out, with
+continuous batching through encoding, denoising and decoding.
+
+Three stages, each batched across requests:
+
+* **encoding**: a thread drains the requests that arrived since its last turn and encodes
+  their prompts (and negative prompts) in one call of the pipeline's own ``encode_prompt``,
+  keeping the most recent embeddings in a small cache;
+* **denoising**: a :class:`~octopus.diffusion.ContinuousSampler` over the pipeline's UNet, each
+  request with its own size, sampler, step count, guidance and priority;
+* **decoding**: a thread decodes the latents of the requests that finished together, one VAE
+  call per latent size (on a stream leased from the sampler's ``stream_scheduler`` where there
+  is one, so decoding overlaps the sampler's next iterations), then post-processes them as the
+  pipeline does (``output_type``).
+
+Each request equals the pipeline called alone with the same seed: the same prompt encoding,
+initial noise (``torch.randn`` of the latents' shape from ``torch.Generator().manual_seed(seed)``,
+as a pipeline given that generator draws it), scheduler steps and step noise, guidance
+(``guidance_rescale`` included), VAE decoding and post-processing.
+
+Supported: pipelines with a CLIP-style ``tokenizer`` / ``text_encoder``, a
+``UNet2DConditionModel`` ``unet`` without added conditioning, a ``vae`` and an
+``image_processor`` (Stable Diffusion 1.x and 2.x). Others (SDXL's second text encoder and
+added time ids, transformer pipelines such as SD3) are refused with an error naming what is
+missing.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import threading
+from typing import Any, Callable, Deque, Sequence
+
+import torch
+
+from ..scheduling import StreamScheduler
+from .continuous import ContinuousSampler
+from .requests import SampleResult, config_values
+
+# What a pipeline needs for the server to drive it.
+_COMPONENTS = ("tokenizer", "text_encoder", "unet", "vae", "scheduler", "image_processor")
+_OUTPUT_TYPES = ("pil", "np", "pt", "latent")
+
+
+@dataclasses.dataclass
+class GeneratedImage:
+    """What a request's future resolves to: ``images`` as the pipeline returns them for one
+    prompt (``output_type``: a list of one PIL image, an ``[1, H, W, 3]`` array, a
+    ``[1, 3, H, W]`` tensor, or the latents), the final ``latents``, the seed the request
+    was sampled with, and the sampler's account of it."""
+
+    images: Any
+    latents: torch.Tensor
+    seed: int
+    sampling: SampleResult
+
+
+@dataclasses.dataclass(eq=False)
+class _Request:
+    prompt: str
+    negative_prompt: str | None
+    guidance_scale: float
+    fields: dict[str, Any]  # the rest of the ContinuousSampler request
+    shape: tuple[int, ...]
+    output_type: str
+    seed: int
+    future: concurrent.futures.Future[GeneratedImage]
+
+
+def _check_pipeline(pipe: Any) -> None:
+    missing = [name for name in _COMPONENTS if getattr(pipe, name, None) is None]
+    if missing:
+        raise TypeError(f"PipelineServer needs a pipeline with {', '.join(_COMPONENTS)}; "
+                        f"{type(pipe).__name__} has no {', '.join(missing)}")
+    if getattr(pipe, "text_encoder_2", None) is not None:
+        raise NotImplementedError(f"{type(pipe).__name__} has a second text encoder (SDXL): PipelineServer drives "
+                                  "single-encoder pipelines (Stable Diffusion 1.x and 2.x)")
+    config = pipe.unet.config
+    if getattr(config, "addition_embed_type", None) is not None:
+        raise NotImplementedError(f"the UNet takes added conditioning ({config.addition_embed_type!r}), which "
+                                  "PipelineServer does not build")
+    if getattr(config, "time_cond_proj_dim", None) is not None:
+        raise NotImplementedError("the UNet takes a guidance embedding (time_cond_proj_dim, LCM): not supported")
+    if not hasattr(pipe, "encode_prompt"):
+        raise TypeError(f"{type(pipe).__name__} has no encode_prompt")
+
+
+class PipelineServer:
+    """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x) with continuous
+    batching. ``max_batch``, ``stream_scheduler``, ``cuda_graphs`` and the other keyword
+    arguments go to the :class:`~octopus.diffusion.ContinuousSampler` over the pipeline's UNet
+    (whose default sampler is the pipeline's scheduler). ``prompt_cache``: how many encoded
+    prompts to keep. Use it as a context manager, or call :meth:`close`."""
+
+    def __init__(self, pipe: Any, *, max_batch: int = 32, stream_scheduler: StreamScheduler | None = None,
+                 prompt_cache: int = 256, **sampler_options: Any):
+        _check_pipeline(pipe)
+        if isinstance(prompt_cache, bool) or not isinstance(prompt_cache, int) or prompt_cache < 0:
+            raise ValueError(f"prompt_cache must be a non-negative int, got {prompt_cache!r}")
+        self.pipe = pipe
+        self.device = pipe.unet.device
+        self._streams = stream_scheduler
+        self.sampler = ContinuousSampler(pipe.unet, max_batch=max_batch, scheduler=pipe.scheduler,
+                                         stream_scheduler=stream_scheduler, device=self.device,
+                                         dtype=pipe.unet.dtype, **sampler_options)
+        self._cache: collections.OrderedDict[tuple[str, str | None, bool], tuple[torch.Tensor, torch.Tensor | None]] = \
+            collections.OrderedDict()
+        self._cache_size = prompt_cache
+        self._lock = threading.Condition()
+        self._to_encode: Deque[_Request] = collections.deque()
+        self._to_decode: Deque[tuple[_Request, SampleResult]] = collections.deque()
+        self._closing = False
+        self._sampled_all = False  # closing, and the sampler has finished every request
+        self._encoder = threading.Thread(target=self._encode_loop, name="octopus-pipeline-encoder", daemon=True)
+        self._decoder = threading.Thread(target=self._decode_loop, name="octopus-pipeline-decoder", daemon=True)
+        self._encoder.start()
+        self._decoder.start()
+
+    # -- the API ----------------------------------------------------------------------
+
+    @property
+    def vae_scale_factor(self) -> int:
+        return int(getattr(self.pipe, "vae_scale_factor", 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)))
+
+    def submit(self, prompt: str, negative_prompt: str | None = None, *, guidance_scale: float = 7.5,
+               guidance_rescale: float = 0.0, num_inference_steps: int = 50, height: int | None = None,
+               width: int | None = None, seed: int | None = None, scheduler: Any = None,
+               scheduler_config: dict[str, Any] | None = None, eta: float = 0.0, priority: int | str = "normal",
+               deadline: float | None = None, output_type: str = "pil") -> concurrent.futures.Future[GeneratedImage]:
+        """One image for ``prompt``; returns a future of :class:`GeneratedImage`. The
+        arguments are the pipeline's (``height`` and ``width`` default to the UNet's sample
+        size times the VAE's scale factor; ``guidance_scale`` > 1 turns classifier-free
+        guidance on, as in the pipeline), plus ``seed`` (the pipeline's ``generator`` would
+        be ``torch.Generator().manual_seed(seed)``; None: a random one), a sampler other than
+        the pipeline's (``scheduler``: a name or class, with the pipeline's scheduler config under
+        ``scheduler_config``'s options), ``priority`` and ``deadline``
+        (see :class:`~octopus.diffusion.ContinuousSampler`). A bad request fails its own
+        future with an error naming the argument; the others go on."""
+        future: concurrent.futures.Future[GeneratedImage] = concurrent.futures.Future()
+        try:
+            request = self._request(prompt, negative_prompt, guidance_scale, guidance_rescale, num_inference_steps,
+                                    height, width, seed, scheduler, scheduler_config, eta, priority, deadline,
+                                    output_type, future)
+        except Exception as error:  # noqa: BLE001 (this request's own failure)
+            future.set_exception(error)
+            return future
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the PipelineServer is closed")
+            self._to_encode.append(request)
+            self._lock.notify_all()
+        return future
+
+    def close(self) -> None:
+        """Finishes the requests already submitted, then stops the threads and the sampler."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        self._encoder.join()
+        self.sampler.close()
+        with self._lock:
+            self._sampled_all = True
+            self._lock.notify_all()
+        self._decoder.join()
+
+    def __enter__(self) -> "PipelineServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def _request(self, prompt: Any, negative_prompt: Any, guidance_scale: float, guidance_rescale: float,
+                 num_inference_steps: int, height: int | None, width: int | None, seed: int | None,
+                 scheduler: Any, scheduler_config: dict[str, Any] | None, eta: float, priority: int | str,
+                 deadline: float | None, output_type: str,
+                 future: concurrent.futures.Future[GeneratedImage]) -> _Request:
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
+        if negative_prompt is not None and not isinstance(negative_prompt, str):
+            raise TypeError(f"negative_prompt must be a string or None, got {type(negative_prompt).__name__}")
+        if output_type not in _OUTPUT_TYPES:
+            raise ValueError(f"output_type must be one of {_OUTPUT_TYPES}, got {output_type!r}")
+        factor = self.vae_scale_factor
+        default = int(self.pipe.unet.config.sample_size) * factor
+        height, width = height or default, width or default
+        for name, value in (("height", height), ("width", width)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % factor:
+                raise ValueError(f"{name} must be a positive multiple of the VAE's scale factor {factor}, "
+                                 f"got {value!r}")
+        seed = int(torch.randint(0, 2 ** 62, ()).item()) if seed is None else int(seed)
+        shape = (int(self.pipe.unet.config.in_channels), height // factor, width // factor)
+        fields = dict(shape=shape, num_inference_steps=num_inference_steps, seed=seed, eta=eta, priority=priority,
+                      deadline=deadline, guidance_rescale=guidance_rescale)
+        if scheduler is not None or scheduler_config is not None:
+            # Another sampler, or other options, over the pipeline's scheduler config (as
+            # `OtherScheduler.from_config(pipe.scheduler.config)` would give it).
+            base = config_values(self.pipe.scheduler.config)
+            fields["scheduler"] = scheduler if scheduler is not None else type(self.pipe.scheduler).__name__
+            fields["scheduler_config"] = dict(base, **(scheduler_config or {}))
+        return _Request(prompt, negative_prompt, float(guidance_scale), fields, shape, output_type, seed, future)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def _encode_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._to_encode and not self._closing:
+                    self._lock.wait()
+                if not self._to_encode and self._closing:
+                    return
+                batch = list(self._to_encode)
+                self._to_encode.clear()
+            self._encode_and_submit(batch)
+
+    def _encode_and_submit(self, batch: list[_Request]) -> None:
+        """Encodes the batch's uncached prompts in one call per guidance mode, then hands
+        each request to the sampler."""
+        for guided in (True, False):
+            members = [r for r in batch if (r.guidance_scale > 1) == guided]
+            keys = list(dict.fromkeys((r.prompt, r.negative_prompt) for r in members if
+                                      (r.prompt, r.negative_prompt, guided) not in self._cache))
+            if keys:
+                try:
+                    self._encode(keys, guided)
+                except Exception as error:  # noqa: BLE001 (those requests fail; the server goes on)
+                    for r in members:
+                        if (r.prompt, r.negative_prompt, guided) not in self._cache:
+                            r.future.set_exception(error)
+            for r in members:
+                if r.future.done():
+                    continue
+                embeds, negative = self._cache[(r.prompt, r.negative_prompt, guided)]
+                self._cache.move_to_end((r.prompt, r.negative_prompt, guided))
+                self._submit(r, embeds, negative)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    @torch.no_grad()
+    def _encode(self, keys: list[tuple[str, str | None]], guided: bool) -> None:
+        prompts = [p for p, _ in keys]
+        negatives = [n if n is not None else "" for _, n in keys] if guided else None
+        embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
+        for i, (p, n) in enumerate(keys):
+            self._cache[(p, n, guided)] = (embeds[i], negative[i] if guided else None)
+
+    def _submit(self, r: _Request, embeds: torch.Tensor, negative: torch.Tensor | None) -> None:
+        fields = dict(r.fields, conditioning={"encoder_hidden_states": embeds})
+        if negative is not None:
+            fields.update(negative_conditioning={"encoder_hidden_states": negative}, guidance_scale=r.guidance_scale)
+        elif fields["guidance_rescale"]:
+            r.future.set_exception(ValueError("guidance_rescale needs guidance_scale > 1 (classifier-free guidance)"))
+            return
+        try:
+            sampled = self.sampler.submit(**fields)
+        except Exception as error:  # noqa: BLE001 (this request's own failure)
+            r.future.set_exception(error)
+            return
+        sampled.add_done_callback(self._sampled_callback(r))
+
+    def _sampled_callback(self, r: _Request) -> Callable[[concurrent.futures.Future[SampleResult]], None]:
+        def done(sampled: concurrent.futures.Future[SampleResult]) -> None:
+            error = sampled.exception()
+            if error is not None:
+                r.future.set_exception(error)
+                return
+            with self._lock:
+                self._to_decode.append((r, sampled.result()))
+                self._lock.notify_all()
+        return done
+
+    # -- decoding ---------------------------------------------------------------------
+
+    def _decode_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._to_decode and not self._sampled_all:
+                    self._lock.wait()
+                if not self._to_decode:
+                    return
+                batch = list(self._to_decode)
+                self._to_decode.clear()
+            self._decode(batch)
+
+    @torch.no_grad()
+    def _decode(self, batch: list[tuple[_Request, SampleResult]]) -> None:
+        """One VAE call per latent shape and output type for the requests that finished
+        together, on a leased stream where the sampler has a scheduler."""
+        groups: dict[tuple[tuple[int, ...], str], list[tuple[_Request, SampleResult]]] = {}
+        for r, result in batch:
+            groups.setdefault((r.shape, r.output_type), []).append((r, result))
+        for (_, output_type), members in groups.items():
+            try:
+                images = self._decode_group([result.latents for _, result in members], output_type)
+            except Exception as error:  # noqa: BLE001 (those requests fail; the server goes on)
+                for r, _ in members:
+                    r.future.set_exception(error)
+                continue
+            for (r, result), image in zip(members, images):
+                r.future.set_result(GeneratedImage(image, result.latents, r.seed, result))
+
+    def _decode_group(self, latents: Sequence[torch.Tensor], output_type: str) -> list[Any]:
+        x = torch.stack(list(latents)).to(self.device, self.pipe.vae.dtype)
+        if output_type == "latent":
+            return [x[i:i + 1] for i in range(x.shape[0])]
+        lease = None
+        if self._streams is not None and self.device.type == "cuda":
+            lease = self._streams.acquire("octopus.pipeline.decode", priority="normal", device=self.device)
+        try:
+            stream = lease.stream if lease is not None else None
+            if stream is not None:
+                consumer = torch.cuda.current_stream(self.device)
+                stream.wait_stream(consumer)
+                with torch.cuda.stream(stream):
+                    image = self._vae_decode(x)
+                consumer.wait_stream(stream)
+                image.record_stream(consumer)  # made on the lease's stream, used on this one
+            else:
+                image = self._vae_decode(x)
+        finally:
+            if lease is not None:
+                lease.release()
+        processed = self.pipe.image_processor.postprocess(image, output_type=output_type,
+                                                          do_denormalize=[True] * image.shape[0])
+        if output_type == "pil":
+            return [[p] for p in processed]
+        return [processed[i:i + 1] for i in range(image.shape[0])]
+
+    def _vae_decode(self, x: torch.Tensor) -> torch.Tensor:
+        image: torch.Tensor = self.pipe.vae.decode(x / self.pipe.vae.config.scaling_factor, return_dict=False)[0]
+        return image

@@ -1,0 +1,136 @@
+"""octopus.diffusion.PipelineServer: a diffusers text-to-image pipeline served with continuous
+batching. A tiny Stable Diffusion pipeline is built from configs with random weights and a
+tokenizer made from a vocabulary file written here (nothing downloaded); every request's
+image equals the pipeline called alone with the same generator."""
+
+import json
+import string
+
+import pytest
+import torch
+
+from octopus import diffusion as od
+
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tokenizer")
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for c in list(string.ascii_lowercase) + list("0123456789.,!?'"):
+        vocab[c] = len(vocab)
+        vocab[c + "</w>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=16)
+    torch.manual_seed(0)
+    text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
+        max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1))
+    unet = diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16), layers_per_block=1,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=32, norm_num_groups=4, attention_head_dim=4)
+    vae = diffusers.AutoencoderKL(
+        in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), block_out_channels=(8, 16), latent_channels=4,
+        norm_num_groups=4, layers_per_block=1)
+    scheduler = diffusers.DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
+                                        clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    pipe = diffusers.StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                                             scheduler=scheduler, safety_checker=None, feature_extractor=None,
+                                             requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def pipeline_alone(pipe, request):
+    """What a user writes today: the pipeline called for this prompt alone."""
+    base = pipe.scheduler
+    if "scheduler" in request:
+        pipe.scheduler = getattr(diffusers, request["scheduler"]).from_config(base.config)
+    try:
+        kwargs = {k: v for k, v in request.items() if k not in ("seed", "scheduler")}
+        return pipe(generator=torch.Generator().manual_seed(request["seed"]), **kwargs).images
+    finally:
+        pipe.scheduler = base
+
+
+def test_mixed_requests_equal_the_pipeline_called_alone(pipe):
+    requests = [
+        dict(prompt="a cat on a mat", num_inference_steps=4, seed=1, output_type="pt"),
+        dict(prompt="a dog", negative_prompt="blurry", guidance_scale=3.0, guidance_rescale=0.7,
+             num_inference_steps=6, height=16, width=24, seed=2, output_type="pt"),
+        dict(prompt="a cat on a mat", guidance_scale=1.0, num_inference_steps=3, seed=3, output_type="np"),
+        dict(prompt="red sky", scheduler="EulerDiscreteScheduler", num_inference_steps=5, seed=4, output_type="pt"),
+        dict(prompt="red sky", scheduler="DPMSolverMultistepScheduler", num_inference_steps=5, height=24, width=16,
+             seed=5, output_type="latent"),
+        dict(prompt="a boat", scheduler="EulerAncestralDiscreteScheduler", num_inference_steps=4, seed=6,
+             output_type="pil"),
+    ]
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=3) as server:
+        futures = [server.submit(**r) for r in requests]
+        results = [f.result(timeout=300) for f in futures]
+    for request, result in zip(requests, results):
+        expected = pipeline_alone(pipe, request)
+        assert result.seed == request["seed"]
+        if request["output_type"] == "pil":
+            got = torch.tensor([list(p.getdata()) for p in result.images], dtype=torch.int16)
+            want = torch.tensor([list(p.getdata()) for p in expected], dtype=torch.int16)
+            assert (got - want).abs().max() <= 1  # uint8 rounding of float32 images
+            continue
+        got, want = torch.as_tensor(result.images), torch.as_tensor(expected)
+        assert got.shape == want.shape, request
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_bad_requests_fail_their_own_future_and_the_others_finish(pipe):
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=2) as server:
+        good = server.submit("a cat", num_inference_steps=2, seed=1, output_type="pt")
+        cases = [
+            (server.submit("", num_inference_steps=2), ValueError, "prompt must be a non-empty string"),
+            (server.submit("a cat", height=15), ValueError, "height must be a positive multiple of the VAE's scale"),
+            (server.submit("a cat", output_type="png"), ValueError, "output_type"),
+            (server.submit("a cat", scheduler_config={"thresholding": True}), NotImplementedError, "thresholding"),
+            (server.submit("a cat", guidance_scale=1.0, guidance_rescale=0.5), ValueError, "guidance_rescale"),
+            (server.submit("a cat", scheduler="HeunDiscreteScheduler"), ValueError, "not fused"),
+        ]
+        for future, error, match in cases:
+            with pytest.raises(error, match=match):
+                future.result(timeout=60)
+        assert good.result(timeout=300).images.shape == (1, 3, 16, 16)
+
+
+def test_pipelines_it_cannot_drive_are_refused(pipe):
+    class Partial:
+        tokenizer = pipe.tokenizer
+        unet = pipe.unet
+    with pytest.raises(TypeError, match="has no text_encoder, vae, scheduler, image_processor"):
+        od.PipelineServer(Partial())
+
+    class TwoEncoders(Partial):
+        text_encoder = pipe.text_encoder
+        text_encoder_2 = pipe.text_encoder
+        vae = pipe.vae
+        scheduler = pipe.scheduler
+        image_processor = pipe.image_processor
+    with pytest.raises(NotImplementedError, match="second text encoder"):
+        od.PipelineServer(TwoEncoders())
+
+
+def test_prompts_are_encoded_once(pipe, monkeypatch):
+    calls = []
+    encode = pipe.encode_prompt
+
+    def counting(prompts, *args, **kwargs):
+        calls.append(list(prompts))
+        return encode(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(pipe, "encode_prompt", counting)
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=4) as server:
+        first = [server.submit("a cat", num_inference_steps=2, seed=i, output_type="latent") for i in range(3)]
+        [f.result(timeout=300) for f in first]
+        server.submit("a cat", num_inference_steps=2, seed=9, output_type="latent").result(timeout=300)
+    assert sum(p.count("a cat") for p in calls) == 1, calls
