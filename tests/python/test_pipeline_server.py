@@ -15,9 +15,7 @@ diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module")
-def pipe(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tokenizer")
+def tiny_tokenizer(folder):
     vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     for c in list(string.ascii_lowercase) + list("0123456789.,!?'"):
         vocab[c] = len(vocab)
@@ -25,23 +23,56 @@ def pipe(tmp_path_factory):
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     tokenizer = transformers.CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=16)
-    torch.manual_seed(0)
-    text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
-        max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1))
-    unet = diffusers.UNet2DConditionModel(
+    config = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_attention_heads=4,
+                  num_hidden_layers=2, max_position_embeddings=16, bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    return tokenizer, config
+
+
+def tiny_unet(cross_attention_dim, **added):
+    return diffusers.UNet2DConditionModel(
         sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16), layers_per_block=1,
         down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=32, norm_num_groups=4, attention_head_dim=4)
-    vae = diffusers.AutoencoderKL(
+        cross_attention_dim=cross_attention_dim, norm_num_groups=4, attention_head_dim=4, **added)
+
+
+def tiny_vae():
+    return diffusers.AutoencoderKL(
         in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
         up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"), block_out_channels=(8, 16), latent_channels=4,
         norm_num_groups=4, layers_per_block=1)
+
+
+@pytest.fixture(scope="module")
+def pipe(tmp_path_factory):
+    tokenizer, config = tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+    torch.manual_seed(0)
+    text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
+    unet = tiny_unet(32)
+    vae = tiny_vae()
     scheduler = diffusers.DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
                                         clip_sample=False, set_alpha_to_one=False, steps_offset=1)
     pipe = diffusers.StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
                                              scheduler=scheduler, safety_checker=None, feature_extractor=None,
                                              requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest.fixture(scope="module")
+def xl_pipe(tmp_path_factory):
+    """A tiny SDXL pipeline: two text encoders (the second's pooled, projected embeddings and the
+    time ids are the UNet's added conditioning)."""
+    tokenizer, config = tiny_tokenizer(tmp_path_factory.mktemp("tokenizer_xl"))
+    torch.manual_seed(1)
+    pipe = diffusers.StableDiffusionXLPipeline(
+        vae=tiny_vae(), text_encoder=transformers.CLIPTextModel(transformers.CLIPTextConfig(**config)),
+        text_encoder_2=transformers.CLIPTextModelWithProjection(transformers.CLIPTextConfig(projection_dim=32, **config)),
+        tokenizer=tokenizer, tokenizer_2=tokenizer,
+        unet=tiny_unet(64, addition_embed_type="text_time", addition_time_embed_dim=8,
+                       projection_class_embeddings_input_dim=6 * 8 + 32),
+        scheduler=diffusers.EulerDiscreteScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
+                                                   steps_offset=1, timestep_spacing="leading"),
+        add_watermarker=False)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -86,6 +117,25 @@ def test_mixed_requests_equal_the_pipeline_called_alone(pipe):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
+def test_sdxl_requests_equal_the_pipeline_called_alone(xl_pipe):
+    """SDXL: pooled embeddings and time ids per request (its own size), a missing negative
+    prompt zeroed as the pipeline does, one with a negative prompt beside it."""
+    requests = [
+        dict(prompt="a cat", num_inference_steps=4, seed=1, output_type="pt"),
+        dict(prompt="a dog", negative_prompt="blurry", guidance_scale=4.0, num_inference_steps=5, height=24,
+             width=16, seed=2, output_type="pt"),
+        dict(prompt="a cat", guidance_scale=1.0, num_inference_steps=3, width=24, seed=3, output_type="np"),
+        dict(prompt="a boat", guidance_rescale=0.5, scheduler="DPMSolverMultistepScheduler", num_inference_steps=5,
+             seed=4, output_type="pt"),
+    ]
+    with torch.no_grad(), od.PipelineServer(xl_pipe, max_batch=3) as server:
+        results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
+    for request, result in zip(requests, results):
+        got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(xl_pipe, request))
+        assert got.shape == want.shape, request
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
 def test_bad_requests_fail_their_own_future_and_the_others_finish(pipe):
     with torch.no_grad(), od.PipelineServer(pipe, max_batch=2) as server:
         good = server.submit("a cat", num_inference_steps=2, seed=1, output_type="pt")
@@ -116,7 +166,7 @@ def test_pipelines_it_cannot_drive_are_refused(pipe):
         vae = pipe.vae
         scheduler = pipe.scheduler
         image_processor = pipe.image_processor
-    with pytest.raises(NotImplementedError, match="second text encoder"):
+    with pytest.raises(NotImplementedError, match="second text encoder with a UNet taking 'text_time'"):
         od.PipelineServer(TwoEncoders())
 
 

@@ -19,10 +19,10 @@ as a pipeline given that generator draws it), scheduler steps and step noise, gu
 (``guidance_rescale`` included), VAE decoding and post-processing.
 
 Supported: pipelines with a CLIP-style ``tokenizer`` / ``text_encoder``, a
-``UNet2DConditionModel`` ``unet`` without added conditioning, a ``vae`` and an
-``image_processor`` (Stable Diffusion 1.x and 2.x). Others (SDXL's second text encoder and
-added time ids, transformer pipelines such as SD3) are refused with an error naming what is
-missing.
+``UNet2DConditionModel`` ``unet``, a ``vae`` and an ``image_processor``: Stable Diffusion 1.x
+and 2.x, and SDXL (its second text encoder's pooled embeddings and the added time ids, built
+per request from its size as the pipeline builds them). Others (transformer pipelines such as
+SD3, UNets with other added conditioning) are refused with an error naming what is missing.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import inspect
 import threading
 from typing import Any, Callable, Deque, Sequence
 
@@ -74,21 +75,37 @@ def _check_pipeline(pipe: Any) -> None:
     if missing:
         raise TypeError(f"PipelineServer needs a pipeline with {', '.join(_COMPONENTS)}; "
                         f"{type(pipe).__name__} has no {', '.join(missing)}")
-    if getattr(pipe, "text_encoder_2", None) is not None:
-        raise NotImplementedError(f"{type(pipe).__name__} has a second text encoder (SDXL): PipelineServer drives "
-                                  "single-encoder pipelines (Stable Diffusion 1.x and 2.x)")
     config = pipe.unet.config
-    if getattr(config, "addition_embed_type", None) is not None:
-        raise NotImplementedError(f"the UNet takes added conditioning ({config.addition_embed_type!r}), which "
-                                  "PipelineServer does not build")
+    added = getattr(config, "addition_embed_type", None)
+    if added not in (None, "text_time"):
+        raise NotImplementedError(f"the UNet takes added conditioning {added!r}, which PipelineServer does not build "
+                                  "(it builds SDXL's 'text_time')")
+    if (added == "text_time") != (getattr(pipe, "text_encoder_2", None) is not None):
+        raise NotImplementedError(f"{type(pipe).__name__}: PipelineServer drives a second text encoder with a UNet "
+                                  "taking 'text_time' conditioning (SDXL) and neither otherwise")
     if getattr(config, "time_cond_proj_dim", None) is not None:
         raise NotImplementedError("the UNet takes a guidance embedding (time_cond_proj_dim, LCM): not supported")
     if not hasattr(pipe, "encode_prompt"):
         raise TypeError(f"{type(pipe).__name__} has no encode_prompt")
 
 
+class _AddedConditionUNet(torch.nn.Module):
+    """SDXL's UNet as the sampler calls models: its added conditioning (pooled text embeddings
+    and time ids) as keyword tensors of their own."""
+
+    def __init__(self, unet: torch.nn.Module):
+        super().__init__()
+        self.unet = unet
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                text_embeds: torch.Tensor, time_ids: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.unet(x, t, encoder_hidden_states=encoder_hidden_states,
+                                      added_cond_kwargs={"text_embeds": text_embeds, "time_ids": time_ids}).sample
+        return out
+
+
 class PipelineServer:
-    """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x) with continuous
+    """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x, SDXL) with continuous
     batching. ``max_batch``, ``stream_scheduler``, ``cuda_graphs`` and the other keyword
     arguments go to the :class:`~octopus.diffusion.ContinuousSampler` over the pipeline's UNet
     (whose default sampler is the pipeline's scheduler). ``prompt_cache``: how many encoded
@@ -102,10 +119,14 @@ class PipelineServer:
         self.pipe = pipe
         self.device = pipe.unet.device
         self._streams = stream_scheduler
-        self.sampler = ContinuousSampler(pipe.unet, max_batch=max_batch, scheduler=pipe.scheduler,
+        self._xl = getattr(pipe, "text_encoder_2", None) is not None
+        model = _AddedConditionUNet(pipe.unet) if self._xl else pipe.unet
+        self.sampler = ContinuousSampler(model, max_batch=max_batch, scheduler=pipe.scheduler,
                                          stream_scheduler=stream_scheduler, device=self.device,
                                          dtype=pipe.unet.dtype, **sampler_options)
-        self._cache: collections.OrderedDict[tuple[str, str | None, bool], tuple[torch.Tensor, torch.Tensor | None]] = \
+        # (prompt, negative prompt, guided) -> the conditioning tensors of the prompt and its negative
+        self._cache: collections.OrderedDict[tuple[str, str | None, bool],
+                                             tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]] = \
             collections.OrderedDict()
         self._cache_size = prompt_cache
         self._lock = threading.Condition()
@@ -124,14 +145,15 @@ class PipelineServer:
     def vae_scale_factor(self) -> int:
         return int(getattr(self.pipe, "vae_scale_factor", 2 ** (len(self.pipe.vae.config.block_out_channels) - 1)))
 
-    def submit(self, prompt: str, negative_prompt: str | None = None, *, guidance_scale: float = 7.5,
-               guidance_rescale: float = 0.0, num_inference_steps: int = 50, height: int | None = None,
+    def submit(self, prompt: str, negative_prompt: str | None = None, *, guidance_scale: float | None = None,
+               guidance_rescale: float = 0.0, num_inference_steps: int | None = None, height: int | None = None,
                width: int | None = None, seed: int | None = None, scheduler: Any = None,
                scheduler_config: dict[str, Any] | None = None, eta: float = 0.0, priority: int | str = "normal",
                deadline: float | None = None, output_type: str = "pil") -> concurrent.futures.Future[GeneratedImage]:
         """One image for ``prompt``; returns a future of :class:`GeneratedImage`. The
-        arguments are the pipeline's (``height`` and ``width`` default to the UNet's sample
-        size times the VAE's scale factor; ``guidance_scale`` > 1 turns classifier-free
+        arguments are the pipeline's, with its defaults (``guidance_scale`` and
+        ``num_inference_steps`` those of its ``__call__``; ``height`` and ``width`` the UNet's
+        sample size times the VAE's scale factor; ``guidance_scale`` > 1 turns classifier-free
         guidance on, as in the pipeline), plus ``seed`` (the pipeline's ``generator`` would
         be ``torch.Generator().manual_seed(seed)``; None: a random one), a sampler other than
         the pipeline's (``scheduler``: a name or class, with the pipeline's scheduler config under
@@ -173,11 +195,15 @@ class PipelineServer:
 
     # -- requests ---------------------------------------------------------------------
 
-    def _request(self, prompt: Any, negative_prompt: Any, guidance_scale: float, guidance_rescale: float,
-                 num_inference_steps: int, height: int | None, width: int | None, seed: int | None,
+    def _request(self, prompt: Any, negative_prompt: Any, guidance_scale: float | None, guidance_rescale: float,
+                 num_inference_steps: int | None, height: int | None, width: int | None, seed: int | None,
                  scheduler: Any, scheduler_config: dict[str, Any] | None, eta: float, priority: int | str,
                  deadline: float | None, output_type: str,
                  future: concurrent.futures.Future[GeneratedImage]) -> _Request:
+        if guidance_scale is None:
+            guidance_scale = self._call_default("guidance_scale", 7.5)
+        if num_inference_steps is None:
+            num_inference_steps = self._call_default("num_inference_steps", 50)
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"prompt must be a non-empty string, got {prompt!r}")
         if negative_prompt is not None and not isinstance(negative_prompt, str):
@@ -203,6 +229,11 @@ class PipelineServer:
             fields["scheduler_config"] = dict(base, **(scheduler_config or {}))
         return _Request(prompt, negative_prompt, float(guidance_scale), fields, shape, output_type, seed, future)
 
+    def _call_default(self, name: str, fallback: Any) -> Any:
+        """The default of the pipeline's ``__call__`` argument ``name`` (SD: guidance 7.5, SDXL: 5.0)."""
+        parameter = inspect.signature(self.pipe.__call__).parameters.get(name)
+        return fallback if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
     # -- encoding ---------------------------------------------------------------------
 
     def _encode_loop(self) -> None:
@@ -217,10 +248,11 @@ class PipelineServer:
             self._encode_and_submit(batch)
 
     def _encode_and_submit(self, batch: list[_Request]) -> None:
-        """Encodes the batch's uncached prompts in one call per guidance mode, then hands
-        each request to the sampler."""
-        for guided in (True, False):
-            members = [r for r in batch if (r.guidance_scale > 1) == guided]
+        """Encodes the batch's uncached prompts in one call per guidance mode (and, guided,
+        per whether a negative prompt is given: SDXL zeroes a missing one), then hands each
+        request to the sampler."""
+        for guided, no_negative in ((True, True), (True, False), (False, True), (False, False)):
+            members = [r for r in batch if (r.guidance_scale > 1) == guided and (r.negative_prompt is None) == no_negative]
             keys = list(dict.fromkeys((r.prompt, r.negative_prompt) for r in members if
                                       (r.prompt, r.negative_prompt, guided) not in self._cache))
             if keys:
@@ -233,24 +265,47 @@ class PipelineServer:
             for r in members:
                 if r.future.done():
                     continue
-                embeds, negative = self._cache[(r.prompt, r.negative_prompt, guided)]
+                cond, negative = self._cache[(r.prompt, r.negative_prompt, guided)]
                 self._cache.move_to_end((r.prompt, r.negative_prompt, guided))
-                self._submit(r, embeds, negative)
+                self._submit(r, cond, negative)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
     @torch.no_grad()
     def _encode(self, keys: list[tuple[str, str | None]], guided: bool) -> None:
+        """The pipeline's own encode_prompt over every key at once (their negative prompts all
+        given, or all None)."""
         prompts = [p for p, _ in keys]
-        negatives = [n if n is not None else "" for _, n in keys] if guided else None
-        embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
+        negatives = None if keys[0][1] is None else [n for _, n in keys]
+        if self._xl:
+            embeds, negative, pooled, negative_pooled = self.pipe.encode_prompt(
+                prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=guided,
+                negative_prompt=negatives)
+        else:
+            embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
         for i, (p, n) in enumerate(keys):
-            self._cache[(p, n, guided)] = (embeds[i], negative[i] if guided else None)
+            cond = {"encoder_hidden_states": embeds[i]}
+            uncond = {"encoder_hidden_states": negative[i]} if guided else None
+            if self._xl:
+                cond["text_embeds"] = pooled[i]
+                if uncond is not None:
+                    uncond["text_embeds"] = negative_pooled[i]
+            self._cache[(p, n, guided)] = (cond, uncond)
 
-    def _submit(self, r: _Request, embeds: torch.Tensor, negative: torch.Tensor | None) -> None:
-        fields = dict(r.fields, conditioning={"encoder_hidden_states": embeds})
+    def _time_ids(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """SDXL's added time ids for an image of the request's size, as the pipeline builds them
+        by default: original size = target size = (height, width), crop at (0, 0)."""
+        height, width = shape[1] * self.vae_scale_factor, shape[2] * self.vae_scale_factor
+        return torch.tensor([height, width, 0, 0, height, width], dtype=dtype, device=self.device)
+
+    def _submit(self, r: _Request, cond: dict[str, torch.Tensor], negative: dict[str, torch.Tensor] | None) -> None:
+        if self._xl:
+            time_ids = self._time_ids(r.shape, cond["encoder_hidden_states"].dtype)
+            cond = dict(cond, time_ids=time_ids)
+            negative = dict(negative, time_ids=time_ids) if negative is not None else None
+        fields = dict(r.fields, conditioning=cond)
         if negative is not None:
-            fields.update(negative_conditioning={"encoder_hidden_states": negative}, guidance_scale=r.guidance_scale)
+            fields.update(negative_conditioning=negative, guidance_scale=r.guidance_scale)
         elif fields["guidance_rescale"]:
             r.future.set_exception(ValueError("guidance_rescale needs guidance_scale > 1 (classifier-free guidance)"))
             return
@@ -330,5 +385,26 @@ class PipelineServer:
         return [processed[i:i + 1] for i in range(image.shape[0])]
 
     def _vae_decode(self, x: torch.Tensor) -> torch.Tensor:
-        image: torch.Tensor = self.pipe.vae.decode(x / self.pipe.vae.config.scaling_factor, return_dict=False)[0]
-        return image
+        """The latents unscaled (SDXL's VAE: denormalized with its latents mean and std where its
+        config has them) and decoded, in float32 where a float16 VAE asks for it
+        (force_upcast), as the pipelines do; SDXL's watermark applied where the pipeline has one."""
+        vae, config = self.pipe.vae, self.pipe.vae.config
+        upcast = vae.dtype == torch.float16 and getattr(config, "force_upcast", False)
+        if upcast:
+            vae.to(dtype=torch.float32)
+        try:
+            x = x.to(next(iter(vae.post_quant_conv.parameters())).dtype) if upcast else x
+            mean, std = getattr(config, "latents_mean", None), getattr(config, "latents_std", None)
+            if mean is not None and std is not None:
+                shape = (1, x.shape[1], 1, 1)
+                mean_t = torch.tensor(mean).view(shape).to(x.device, x.dtype)
+                std_t = torch.tensor(std).view(shape).to(x.device, x.dtype)
+                x = x * std_t / config.scaling_factor + mean_t
+            else:
+                x = x / config.scaling_factor
+            image: torch.Tensor = vae.decode(x, return_dict=False)[0]
+        finally:
+            if upcast:
+                vae.to(dtype=torch.float16)
+        watermark = getattr(self.pipe, "watermark", None)
+        return watermark.apply_watermark(image) if watermark is not None else image
