@@ -332,3 +332,18 @@ def test_serve_diffusion_bad_arguments(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         serve_diffusion.main(["--tiny", "--device", "cpu", "--out", str(tmp_path), *args])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (has_module("diffusers") and has_module("transformers")),
+                    reason="serve_text_to_image.py needs diffusers and transformers (a tiny pipeline)")
+def test_serve_text_to_image_end_to_end(tmp_path):
+    """Prompts in, PNG files out: every request's image written, the checked ones equal to the
+    pipeline called alone (the example asserts it), latencies for both priorities."""
+    run_example("serve_text_to_image.py", tmp_path, "--json", str(tmp_path / "t.json"))
+    result = json.loads((tmp_path / "t.json").read_text())
+    summary, records = result["summary"], result["requests"]
+    assert summary["requests"] == len(records) == 12 and summary["check_max_pixel_diff"] <= 1
+    pngs = sorted((tmp_path / "out").glob("*.png"))
+    assert [p.name for p in pngs] == [f"{r['id']:04d}_{r['priority']}.png" for r in records]
+    assert {r["priority"] for r in records} == {"high", "normal"} and len({r["scheduler"] for r in records}) >= 3
+    assert summary["all_p50_s"] <= summary["all_p99_s"] and all(r["latency_s"] > 0 for r in records)
