@@ -77,6 +77,29 @@ def xl_pipe(tmp_path_factory):
     return pipe
 
 
+@pytest.fixture(scope="module")
+def sd3_pipe(tmp_path_factory):
+    """A tiny Stable Diffusion 3 pipeline (two CLIP encoders with projections, no T5: the
+    pipeline then uses zeros for it), its flow-matching scheduler with a per-resolution shift."""
+    tokenizer, config = tiny_tokenizer(tmp_path_factory.mktemp("tokenizer_sd3"))
+    torch.manual_seed(2)
+    clip = [transformers.CLIPTextModelWithProjection(transformers.CLIPTextConfig(projection_dim=32, **config))
+            for _ in range(2)]
+    pipe = diffusers.StableDiffusion3Pipeline(
+        transformer=diffusers.SD3Transformer2DModel(
+            sample_size=8, patch_size=2, in_channels=4, num_layers=1, attention_head_dim=8, num_attention_heads=4,
+            joint_attention_dim=64, caption_projection_dim=32, pooled_projection_dim=64, out_channels=4),
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_image_seq_len=8,
+                                                            max_image_seq_len=64),
+        vae=diffusers.AutoencoderKL(block_out_channels=(8, 16), down_block_types=("DownEncoderBlock2D",) * 2,
+                                    up_block_types=("UpDecoderBlock2D",) * 2, norm_num_groups=4, layers_per_block=1,
+                                    shift_factor=0.06, scaling_factor=1.5),
+        text_encoder=clip[0], tokenizer=tokenizer, text_encoder_2=clip[1], tokenizer_2=tokenizer,
+        text_encoder_3=None, tokenizer_3=None)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
 def pipeline_alone(pipe, request):
     """What a user writes today: the pipeline called for this prompt alone."""
     base = pipe.scheduler
@@ -132,6 +155,23 @@ def test_sdxl_requests_equal_the_pipeline_called_alone(xl_pipe):
         results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
     for request, result in zip(requests, results):
         got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(xl_pipe, request))
+        assert got.shape == want.shape, request
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+def test_sd3_requests_equal_the_pipeline_called_alone(sd3_pipe):
+    """SD3: pooled projections, the flow-matching shift of each request's own resolution, the
+    VAE's shift factor."""
+    requests = [
+        dict(prompt="a cat", num_inference_steps=4, seed=1, output_type="pt"),
+        dict(prompt="a dog", negative_prompt="blurry", guidance_scale=4.0, num_inference_steps=5, height=24,
+             width=16, seed=2, output_type="pt"),
+        dict(prompt="a cat", guidance_scale=1.0, num_inference_steps=3, width=24, seed=3, output_type="latent"),
+    ]
+    with torch.no_grad(), od.PipelineServer(sd3_pipe, max_batch=3) as server:
+        results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
+    for request, result in zip(requests, results):
+        got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(sd3_pipe, request))
         assert got.shape == want.shape, request
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 

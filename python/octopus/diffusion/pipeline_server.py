@@ -18,11 +18,13 @@ initial noise (``torch.randn`` of the latents' shape from ``torch.Generator().ma
 as a pipeline given that generator draws it), scheduler steps and step noise, guidance
 (``guidance_rescale`` included), VAE decoding and post-processing.
 
-Supported: pipelines with a CLIP-style ``tokenizer`` / ``text_encoder``, a
-``UNet2DConditionModel`` ``unet``, a ``vae`` and an ``image_processor``: Stable Diffusion 1.x
-and 2.x, and SDXL (its second text encoder's pooled embeddings and the added time ids, built
-per request from its size as the pipeline builds them). Others (transformer pipelines such as
-SD3, UNets with other added conditioning) are refused with an error naming what is missing.
+Supported: pipelines with a CLIP-style ``tokenizer`` / ``text_encoder``, a ``vae`` and an
+``image_processor``, and as denoiser either a ``UNet2DConditionModel`` ``unet`` (Stable
+Diffusion 1.x and 2.x; SDXL: its second text encoder's pooled embeddings and the added time
+ids, built per request from its size as the pipeline builds them) or an
+``SD3Transformer2DModel`` ``transformer`` (Stable Diffusion 3: pooled projections, a
+flow-matching scheduler whose dynamic shift, where configured, follows each request's
+resolution). Others are refused with an error naming what is missing.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from ..scheduling import StreamScheduler
 from .continuous import ContinuousSampler
 from .requests import SampleResult, config_values
 
-# What a pipeline needs for the server to drive it.
-_COMPONENTS = ("tokenizer", "text_encoder", "unet", "vae", "scheduler", "image_processor")
+# What a pipeline needs for the server to drive it (and a unet or an SD3 transformer).
+_COMPONENTS = ("tokenizer", "text_encoder", "vae", "scheduler", "image_processor")
 _OUTPUT_TYPES = ("pil", "np", "pt", "latent")
 
 
@@ -70,11 +72,22 @@ class _Request:
     future: concurrent.futures.Future[GeneratedImage]
 
 
-def _check_pipeline(pipe: Any) -> None:
+def _family(pipe: Any) -> str:
+    """Which pipeline family the server drives: "sd", "sdxl" or "sd3" (TypeError /
+    NotImplementedError naming what is missing or unsupported)."""
     missing = [name for name in _COMPONENTS if getattr(pipe, name, None) is None]
+    if getattr(pipe, "unet", None) is None and getattr(pipe, "transformer", None) is None:
+        missing.append("unet (or transformer)")
     if missing:
-        raise TypeError(f"PipelineServer needs a pipeline with {', '.join(_COMPONENTS)}; "
-                        f"{type(pipe).__name__} has no {', '.join(missing)}")
+        raise TypeError(f"PipelineServer needs a pipeline with {', '.join(_COMPONENTS)} and a unet or an SD3 "
+                        f"transformer; {type(pipe).__name__} has no {', '.join(missing)}")
+    if getattr(pipe, "unet", None) is None:
+        if type(pipe.transformer).__name__ != "SD3Transformer2DModel":
+            raise NotImplementedError(f"the denoiser is a {type(pipe.transformer).__name__}: PipelineServer drives "
+                                      "UNet2DConditionModel pipelines and SD3Transformer2DModel ones")
+        if not hasattr(pipe, "encode_prompt"):
+            raise TypeError(f"{type(pipe).__name__} has no encode_prompt")
+        return "sd3"
     config = pipe.unet.config
     added = getattr(config, "addition_embed_type", None)
     if added not in (None, "text_time"):
@@ -87,6 +100,7 @@ def _check_pipeline(pipe: Any) -> None:
         raise NotImplementedError("the UNet takes a guidance embedding (time_cond_proj_dim, LCM): not supported")
     if not hasattr(pipe, "encode_prompt"):
         raise TypeError(f"{type(pipe).__name__} has no encode_prompt")
+    return "sdxl" if added == "text_time" else "sd"
 
 
 class _AddedConditionUNet(torch.nn.Module):
@@ -104,26 +118,44 @@ class _AddedConditionUNet(torch.nn.Module):
         return out
 
 
+class _SD3Transformer(torch.nn.Module):
+    """SD3's transformer as the sampler calls models: (latents, timesteps, **conditioning)."""
+
+    def __init__(self, transformer: torch.nn.Module):
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                pooled_projections: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.transformer(hidden_states=x, timestep=t, encoder_hidden_states=encoder_hidden_states,
+                                             pooled_projections=pooled_projections, return_dict=False)[0]
+        return out
+
+
 class PipelineServer:
-    """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x, SDXL) with continuous
-    batching. ``max_batch``, ``stream_scheduler``, ``cuda_graphs`` and the other keyword
-    arguments go to the :class:`~octopus.diffusion.ContinuousSampler` over the pipeline's UNet
-    (whose default sampler is the pipeline's scheduler). ``prompt_cache``: how many encoded
+    """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x, SDXL, SD3) with
+    continuous batching. ``max_batch``, ``stream_scheduler``, ``cuda_graphs`` and the other
+    keyword arguments go to the :class:`~octopus.diffusion.ContinuousSampler` over the
+    pipeline's UNet or transformer (whose default sampler is the pipeline's scheduler). ``prompt_cache``: how many encoded
     prompts to keep. Use it as a context manager, or call :meth:`close`."""
 
     def __init__(self, pipe: Any, *, max_batch: int = 32, stream_scheduler: StreamScheduler | None = None,
                  prompt_cache: int = 256, **sampler_options: Any):
-        _check_pipeline(pipe)
+        self._kind = _family(pipe)
         if isinstance(prompt_cache, bool) or not isinstance(prompt_cache, int) or prompt_cache < 0:
             raise ValueError(f"prompt_cache must be a non-negative int, got {prompt_cache!r}")
         self.pipe = pipe
-        self.device = pipe.unet.device
+        self._denoiser = pipe.transformer if self._kind == "sd3" else pipe.unet
+        self.device = self._denoiser.device
         self._streams = stream_scheduler
-        self._xl = getattr(pipe, "text_encoder_2", None) is not None
-        model = _AddedConditionUNet(pipe.unet) if self._xl else pipe.unet
+        model: Callable[..., Any] = self._denoiser
+        if self._kind == "sdxl":
+            model = _AddedConditionUNet(pipe.unet)
+        elif self._kind == "sd3":
+            model = _SD3Transformer(pipe.transformer)
         self.sampler = ContinuousSampler(model, max_batch=max_batch, scheduler=pipe.scheduler,
                                          stream_scheduler=stream_scheduler, device=self.device,
-                                         dtype=pipe.unet.dtype, **sampler_options)
+                                         dtype=self._denoiser.dtype, **sampler_options)
         # (prompt, negative prompt, guided) -> the conditioning tensors of the prompt and its negative
         self._cache: collections.OrderedDict[tuple[str, str | None, bool],
                                              tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]] = \
@@ -211,14 +243,14 @@ class PipelineServer:
         if output_type not in _OUTPUT_TYPES:
             raise ValueError(f"output_type must be one of {_OUTPUT_TYPES}, got {output_type!r}")
         factor = self.vae_scale_factor
-        default = int(self.pipe.unet.config.sample_size) * factor
+        default = int(self._denoiser.config.sample_size) * factor
         height, width = height or default, width or default
         for name, value in (("height", height), ("width", width)):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % factor:
                 raise ValueError(f"{name} must be a positive multiple of the VAE's scale factor {factor}, "
                                  f"got {value!r}")
         seed = int(torch.randint(0, 2 ** 62, ()).item()) if seed is None else int(seed)
-        shape = (int(self.pipe.unet.config.in_channels), height // factor, width // factor)
+        shape = (int(self._denoiser.config.in_channels), height // factor, width // factor)
         fields = dict(shape=shape, num_inference_steps=num_inference_steps, seed=seed, eta=eta, priority=priority,
                       deadline=deadline, guidance_rescale=guidance_rescale)
         if scheduler is not None or scheduler_config is not None:
@@ -277,19 +309,21 @@ class PipelineServer:
         given, or all None)."""
         prompts = [p for p, _ in keys]
         negatives = None if keys[0][1] is None else [n for _, n in keys]
-        if self._xl:
+        if self._kind == "sd":
+            embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
+        else:
+            extra = dict(prompt_2=None, prompt_3=None) if self._kind == "sd3" else {}
             embeds, negative, pooled, negative_pooled = self.pipe.encode_prompt(
                 prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=guided,
-                negative_prompt=negatives)
-        else:
-            embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
+                negative_prompt=negatives, **extra)
+        pooled_name = {"sdxl": "text_embeds", "sd3": "pooled_projections"}.get(self._kind)
         for i, (p, n) in enumerate(keys):
             cond = {"encoder_hidden_states": embeds[i]}
             uncond = {"encoder_hidden_states": negative[i]} if guided else None
-            if self._xl:
-                cond["text_embeds"] = pooled[i]
+            if pooled_name is not None:
+                cond[pooled_name] = pooled[i]
                 if uncond is not None:
-                    uncond["text_embeds"] = negative_pooled[i]
+                    uncond[pooled_name] = negative_pooled[i]
             self._cache[(p, n, guided)] = (cond, uncond)
 
     def _time_ids(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -299,7 +333,7 @@ class PipelineServer:
         return torch.tensor([height, width, 0, 0, height, width], dtype=dtype, device=self.device)
 
     def _submit(self, r: _Request, cond: dict[str, torch.Tensor], negative: dict[str, torch.Tensor] | None) -> None:
-        if self._xl:
+        if self._kind == "sdxl":
             time_ids = self._time_ids(r.shape, cond["encoder_hidden_states"].dtype)
             cond = dict(cond, time_ids=time_ids)
             negative = dict(negative, time_ids=time_ids) if negative is not None else None
@@ -385,8 +419,8 @@ class PipelineServer:
         return [processed[i:i + 1] for i in range(image.shape[0])]
 
     def _vae_decode(self, x: torch.Tensor) -> torch.Tensor:
-        """The latents unscaled (SDXL's VAE: denormalized with its latents mean and std where its
-        config has them) and decoded, in float32 where a float16 VAE asks for it
+        """The latents unscaled (SD3's VAE: and shifted; SDXL's: denormalized with its latents mean
+        and std where its config has them) and decoded, in float32 where a float16 VAE asks for it
         (force_upcast), as the pipelines do; SDXL's watermark applied where the pipeline has one."""
         vae, config = self.pipe.vae, self.pipe.vae.config
         upcast = vae.dtype == torch.float16 and getattr(config, "force_upcast", False)
@@ -395,7 +429,10 @@ class PipelineServer:
         try:
             x = x.to(next(iter(vae.post_quant_conv.parameters())).dtype) if upcast else x
             mean, std = getattr(config, "latents_mean", None), getattr(config, "latents_std", None)
-            if mean is not None and std is not None:
+            shift = getattr(config, "shift_factor", None)
+            if shift is not None:  # SD3's VAE
+                x = x / config.scaling_factor + shift
+            elif mean is not None and std is not None:
                 shape = (1, x.shape[1], 1, 1)
                 mean_t = torch.tensor(mean).view(shape).to(x.device, x.dtype)
                 std_t = torch.tensor(std).view(shape).to(x.device, x.dtype)
