@@ -20,7 +20,9 @@ Modes, side by side in one run::
                    together, one diffusers ``scheduler.step`` per request per iteration
   (c) step-level   continuous batching at step level, as serving systems do it: requests join
                    and leave at any step, one batched model call per shape, one diffusers
-                   ``scheduler.step`` per request per iteration
+                   ``scheduler.step`` per request per iteration; ``step-level-graphs``: the
+                   same with the model's calls in CUDA graphs per shape and batch size,
+                   captured before the run (the strongest plain server; GPU only)
   (d) octopus      ``octopus.diffusion.ContinuousSampler``: one model call per shape on leased
                    streams, one fused step for all; eagerly, with CUDA graphs
                    (``octopus-graphs``), and with graphs and a latency policy for high-priority

@@ -14,22 +14,26 @@ from typing import Callable, List
 import torch
 
 import octopus
+from octopus.diffusion.model_runner import CapturedCalls
 
 from ..energy import GpuSampler
 from ..report import environment
 from .measure import high_p99_over_unloaded, summarize
 from .octopus_server import OctopusServer, unloaded_latencies
-from .peers import derived_serial, run_serial, run_static, run_step_level
+from .peers import derived_serial, prepare_peer_graphs, run_serial, run_static, run_step_level
 from .report import format_table, plot
 from .workload import MODELS, MODES, SAMPLERS, SHAPES, make_model, make_workload
 
 
-def run_mode(mode: str, model, workload, args, device, dtype, servers: dict) -> dict:
+def run_mode(mode: str, model, workload, args, device, dtype, servers: dict,
+             peer_graphs: CapturedCalls | None = None) -> dict:
     runners: dict[str, Callable[[], dict]] = {
         "serial": lambda: run_serial(model, workload, device, dtype, args.run_timeout),
         "static": lambda: run_static(model, workload, device, dtype, args.run_timeout, args.max_batch,
                                      args.static_wait),
         "step-level": lambda: run_step_level(model, workload, device, dtype, args.run_timeout, args.max_batch),
+        "step-level-graphs": lambda: run_step_level(model, workload, device, dtype, args.run_timeout, args.max_batch,
+                                                    graphs=peer_graphs),
         "octopus": lambda: servers["octopus"].run(workload, args.run_timeout),
         "octopus-graphs": lambda: servers["octopus-graphs"].run(workload, args.run_timeout),
         "octopus-priority": lambda: (servers.get("octopus-graphs") or servers["octopus"]).run(
@@ -65,13 +69,18 @@ def run(args) -> dict:
                                   priority_batch=args.priority_batch)
                for mode in ("octopus", "octopus-graphs", "octopus-lane") if mode in wanted}
     try:
-        return _run(args, device, dtype, model, servers)
+        peer_graphs = None
+        if "step-level-graphs" in args.modes:  # the strongest plain server: its model calls in CUDA graphs
+            peer_graphs = CapturedCalls(model, 2 * args.max_batch * len(args.shapes), device)
+            print("warm-up: step-level-graphs (capturing CUDA graphs)", file=sys.stderr)
+            prepare_peer_graphs(peer_graphs, args.shapes, args.max_batch, device, dtype)
+        return _run(args, device, dtype, model, servers, peer_graphs)
     finally:
         for server in servers.values():
             server.close()
 
 
-def _run(args, device, dtype, model, servers) -> dict:
+def _run(args, device, dtype, model, servers, peer_graphs: CapturedCalls | None) -> dict:
     rows, scenarios = [], []
     base = make_workload(args.requests, 1.0, args.seed, args.high_share, shapes=args.shapes, steps=args.steps)
     warm = [dict(r, arrival=r["arrival"] / max(args.rates)) for r in base[:min(len(base), 2 * args.max_batch)]]
@@ -92,7 +101,7 @@ def _run(args, device, dtype, model, servers) -> dict:
                 row.update(mode=mode, derived=True)
             else:
                 print(f"rate {rate:g}/s: {mode}", file=sys.stderr)
-                row = run_mode(mode, model, workload, args, device, dtype, servers)
+                row = run_mode(mode, model, workload, args, device, dtype, servers, peer_graphs)
                 if mode == "serial":
                     serial_service = row.pop("service_s")
                     check = summarize(workload, derived_serial(workload, serial_service))
@@ -110,7 +119,7 @@ def _run(args, device, dtype, model, servers) -> dict:
         for mode in (m for m in args.modes if m not in ("serial", "octopus-priority", "octopus-lane",
                                                         "octopus-lane-priority", "octopus-lane-yield")):
             print(f"single shape: {mode}", file=sys.stderr)
-            row = run_mode(mode, model, single, args, device, dtype, servers)
+            row = run_mode(mode, model, single, args, device, dtype, servers, peer_graphs)
             row.update(rate=max(args.rates), scenario="single")
             scenarios.append(row)
     return dict(environment=environment(device), model=dict(name=args.model, config=MODELS[args.model],
@@ -185,7 +194,7 @@ def main(argv=None) -> int:
     if torch.device(args.device).type == "cpu":
         print("No GPU in use: a CPU smoke run (times are CPU times, not the GPU benchmark; no CUDA graphs).",
               file=sys.stderr)
-        args.modes = [m for m in args.modes if m != "octopus-graphs"]
+        args.modes = [m for m in args.modes if m not in ("octopus-graphs", "step-level-graphs")]
     os.makedirs(args.out, exist_ok=True)
     result = run(args)
     if not args.no_plots:

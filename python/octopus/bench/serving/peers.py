@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 
 import torch
 
+from octopus.diffusion.model_runner import CapturedCalls
 from octopus.diffusion.rows import to_device
 
 from .measure import IterationClock
@@ -49,10 +50,13 @@ class DiffusersRequest:
         return self.k == len(self.timesteps)
 
 
-def _batched_call(model, members: list, device) -> torch.Tensor:
-    """One model call for requests of one shape, each at its own timestep."""
+def _batched_call(model, members: list, device, graphs: CapturedCalls | None = None) -> torch.Tensor:
+    """One model call for requests of one shape, each at its own timestep (replaying a CUDA
+    graph of the model for this shape and batch size where ``graphs`` keeps them)."""
     x = torch.cat([m.model_input() for m in members]) if len(members) > 1 else members[0].model_input()
     t = to_device(torch.tensor([m.t_value for m in members], dtype=torch.float32), device)
+    if graphs is not None:
+        return graphs(x, t, {})
     return model(x, t).sample
 
 
@@ -148,8 +152,10 @@ def run_static(model, workload, device, dtype, timeout, max_batch: int, wait: fl
 
 
 @torch.no_grad()
-def run_step_level(model, workload, device, dtype, timeout, max_batch: int) -> dict:
-    """(c): requests join and leave at any step; a batched model call per shape, then one
+def run_step_level(model, workload, device, dtype, timeout, max_batch: int,
+                   graphs: CapturedCalls | None = None) -> dict:
+    """(c): requests join and leave at any step; a batched model call per shape (with
+    ``graphs``: a CUDA graph per shape and batch size, captured at its second use), then one
     diffusers step per request."""
     loop, clock = ArrivalLoop(workload, timeout), IterationClock(device)
     completions: Dict[int, float] = {}
@@ -165,7 +171,7 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int) -> d
         groups: dict = {}
         for m in active:
             groups.setdefault(m.spec["shape"], []).append(m)
-        outputs = {shape: _batched_call(model, members, device) for shape, members in groups.items()}
+        outputs = {shape: _batched_call(model, members, device, graphs) for shape, members in groups.items()}
         before = clock.mark()
         finished = []
         for shape, members in groups.items():
@@ -176,6 +182,22 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int) -> d
             active = [m for m in active if m not in finished]
         loop.arrived()
     return dict(completions=completions, iterations=clock.summary())
+
+
+@torch.no_grad()
+def prepare_peer_graphs(graphs: CapturedCalls, shapes, max_batch: int, device: torch.device,
+                        dtype: torch.dtype) -> None:
+    """Captures the step-level peer's graphs before it is measured, as octopus-graphs' sampler
+    captures its own: every shape at every batch size (a key's first call runs eagerly, its
+    second is captured)."""
+    for shape in shapes:
+        for n in range(1, max_batch + 1):
+            x = torch.zeros((n, *shape), device=device, dtype=dtype)
+            t = torch.full((n,), 500.0, device=device)
+            for _ in range(2):
+                graphs(x, t, {})
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def derived_serial(workload: list[dict], service: dict) -> dict:

@@ -15,8 +15,8 @@ MODELS = {
     "tiny": dict(block_out_channels=(8, 16), layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
                  up_block_types=("AttnUpBlock2D", "UpBlock2D"), norm_num_groups=4, attention_head_dim=8),
 }
-MODES = ("serial", "static", "step-level", "octopus", "octopus-graphs", "octopus-priority", "octopus-lane",
-         "octopus-lane-priority", "octopus-lane-yield")
+MODES = ("serial", "static", "step-level", "step-level-graphs", "octopus", "octopus-graphs", "octopus-priority",
+         "octopus-lane", "octopus-lane-priority", "octopus-lane-yield")
 
 
 def make_model(name: str, device: torch.device, dtype: torch.dtype):
