@@ -112,6 +112,17 @@ def pipeline_alone(pipe, request):
         pipe.scheduler = base
 
 
+def assert_served_as_alone(pipe, requests):
+    """The requests served together (a batch of 3) equal the pipeline called alone for each
+    (tensor outputs: float32 to 1e-5 of the largest value)."""
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=3) as server:
+        results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
+    for request, result in zip(requests, results):
+        got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(pipe, request))
+        assert got.shape == want.shape, request
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
 def test_mixed_requests_equal_the_pipeline_called_alone(pipe):
     requests = [
         dict(prompt="a cat on a mat", num_inference_steps=4, seed=1, output_type="pt"),
@@ -151,12 +162,7 @@ def test_sdxl_requests_equal_the_pipeline_called_alone(xl_pipe):
         dict(prompt="a boat", guidance_rescale=0.5, scheduler="DPMSolverMultistepScheduler", num_inference_steps=5,
              seed=4, output_type="pt"),
     ]
-    with torch.no_grad(), od.PipelineServer(xl_pipe, max_batch=3) as server:
-        results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
-    for request, result in zip(requests, results):
-        got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(xl_pipe, request))
-        assert got.shape == want.shape, request
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    assert_served_as_alone(xl_pipe, requests)
 
 
 def test_sd3_requests_equal_the_pipeline_called_alone(sd3_pipe):
@@ -168,12 +174,7 @@ def test_sd3_requests_equal_the_pipeline_called_alone(sd3_pipe):
              width=16, seed=2, output_type="pt"),
         dict(prompt="a cat", guidance_scale=1.0, num_inference_steps=3, width=24, seed=3, output_type="latent"),
     ]
-    with torch.no_grad(), od.PipelineServer(sd3_pipe, max_batch=3) as server:
-        results = [f.result(timeout=300) for f in [server.submit(**r) for r in requests]]
-    for request, result in zip(requests, results):
-        got, want = torch.as_tensor(result.images), torch.as_tensor(pipeline_alone(sd3_pipe, request))
-        assert got.shape == want.shape, request
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    assert_served_as_alone(sd3_pipe, requests)
 
 
 def test_bad_requests_fail_their_own_future_and_the_others_finish(pipe):
