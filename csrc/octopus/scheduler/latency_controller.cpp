@@ -100,12 +100,12 @@ std::optional<double> LatencyController::target_s(const Kind& k) const {
   if (k.target && k.target->p99_s) return k.target->p99_s;
   if (k.alone.count() < options_.min_alone_samples) return std::nullopt;
   const double ratio = k.target ? k.target->ratio : options_.default_ratio;
-  return ratio * *alone_p99(k.alone);
+  return ratio * *k.alone_p99_s;
 }
 
 std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
   if ((k.target && k.target->p99_s) || k.alone.count() < options_.min_alone_samples) return std::nullopt;
-  return options_.median_ratio * *k.alone.quantile(0.5);
+  return options_.median_ratio * *k.alone_p50_s;
 }
 
 void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
@@ -116,7 +116,11 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   last_sample_s_ = now_s;
   Kind& k = kind(name);
   k.last_s = now_s;
-  if (alone && k.samples >= options_.warmup_samples) k.alone.add(latency_s);
+  if (alone && k.samples >= options_.warmup_samples) {
+    k.alone.add(latency_s);
+    k.alone_p99_s = alone_p99(k.alone);
+    k.alone_p50_s = k.alone.quantile(0.5);
+  }
   k.recent.add(latency_s);
   k.samples += 1;
   samples_at_step_ += 1;
@@ -131,9 +135,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
       if (over) k.over_at_top += 1;
     }
     check_infeasible(name, k, *target);
-    const std::optional<double> median_bound = median_bound_s(k);
-    const bool median_over = median_bound && k.recent.size() >= options_.median_samples &&
-                             k.samples % options_.median_every == 0 && *k.recent.quantile(0.5) > *median_bound;
+    const bool median_due = k.samples % options_.median_every == 0 && k.recent.size() >= options_.median_samples;
+    const std::optional<double> median_bound = median_due ? median_bound_s(k) : std::nullopt;
+    const bool median_over = median_bound && *k.recent.quantile(0.5) > *median_bound;
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (over && latency_s > options_.severe_ratio * *target) {
@@ -183,7 +187,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   if (k.infeasible) return;
   std::ostringstream reason;
   reason.precision(3);
-  const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? alone_p99(k.alone) : std::nullopt;
+  const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? k.alone_p99_s : std::nullopt;
   if (k.target && k.target->p99_s && alone && *alone > target) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
@@ -268,9 +272,9 @@ std::vector<KindControl> LatencyController::kinds() const {
     KindControl c;
     c.kind = name;
     c.target_s = target_s(k);
-    c.alone_p99_s = alone_p99(k.alone);
+    c.alone_p99_s = k.alone_p99_s;
     c.recent_p99_s = k.recent.quantile(0.99);
-    if (k.alone.count() > 0) c.alone_p50_s = k.alone.quantile(0.5);
+    c.alone_p50_s = k.alone_p50_s;
     c.recent_p50_s = k.recent.quantile(0.5);
     c.samples = k.samples;
     c.judged = k.judged;

@@ -151,6 +151,8 @@ class LatencyController {
   struct Kind {
     std::optional<LatencyTarget> target;  // unset: default_ratio
     detail::SampleWindow alone;
+    // The alone p99 and median, recomputed as a sample joins `alone` (read at every sample).
+    std::optional<double> alone_p99_s, alone_p50_s;
     detail::SampleWindow recent;
     double score = 0.0;
     std::size_t samples = 0;

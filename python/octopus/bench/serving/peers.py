@@ -99,6 +99,25 @@ def _finish(completions: dict, members: list, loop: ArrivalLoop, device: torch.d
         completions[m.spec["id"]] = now
 
 
+def _iterate(model, active: list, device, clock: IterationClock, completions: dict, loop: ArrivalLoop,
+             graphs: CapturedCalls | None = None) -> list:
+    """One iteration over the active requests: a batched model call per shape, then one
+    diffusers step per request; records the finished ones and returns those still running."""
+    start = clock.mark()
+    groups: dict = {}
+    for m in active:
+        groups.setdefault(m.spec["shape"], []).append(m)
+    outputs = {shape: _batched_call(model, members, device, graphs) for shape, members in groups.items()}
+    before = clock.mark()
+    finished = [m for shape, members in groups.items() for j, m in enumerate(members)
+                if m.step(outputs[shape][j:j + 1])]
+    clock.add(start, before, clock.mark(), len(active))
+    if not finished:
+        return active
+    _finish(completions, finished, loop, device)
+    return [m for m in active if m not in finished]
+
+
 @torch.no_grad()
 def run_serial(model, workload, device, dtype, timeout) -> dict:
     """(a): each request alone, priority then arrival order; per-request service times kept."""
@@ -139,14 +158,7 @@ def run_static(model, workload, device, dtype, timeout, max_batch: int, wait: fl
         loop.waiting = [r for r in loop.waiting if not any(r is b for b in batch)]
         active = [DiffusersRequest(r, device, dtype) for r in batch]
         while active:
-            start = clock.mark()
-            out = _batched_call(model, active, device)
-            before = clock.mark()
-            finished = [m for j, m in enumerate(active) if m.step(out[j:j + 1])]
-            clock.add(start, before, clock.mark(), len(active))
-            if finished:
-                _finish(completions, finished, loop, device)
-                active = [m for m in active if m not in finished]
+            active = _iterate(model, active, device, clock, completions, loop)
             loop.arrived()
     return dict(completions=completions, iterations=clock.summary())
 
@@ -167,19 +179,7 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int,
             loop.idle_until_arrival()
         while loop.waiting and len(active) < max_batch:
             active.append(DiffusersRequest(loop.waiting.pop(0), device, dtype))
-        start = clock.mark()
-        groups: dict = {}
-        for m in active:
-            groups.setdefault(m.spec["shape"], []).append(m)
-        outputs = {shape: _batched_call(model, members, device, graphs) for shape, members in groups.items()}
-        before = clock.mark()
-        finished = []
-        for shape, members in groups.items():
-            finished += [m for j, m in enumerate(members) if m.step(outputs[shape][j:j + 1])]
-        clock.add(start, before, clock.mark(), len(active))
-        if finished:
-            _finish(completions, finished, loop, device)
-            active = [m for m in active if m not in finished]
+        active = _iterate(model, active, device, clock, completions, loop, graphs)
         loop.arrived()
     return dict(completions=completions, iterations=clock.summary())
 
