@@ -145,6 +145,7 @@ class PipelineServer:
         if isinstance(prompt_cache, bool) or not isinstance(prompt_cache, int) or prompt_cache < 0:
             raise ValueError(f"prompt_cache must be a non-negative int, got {prompt_cache!r}")
         self.pipe = pipe
+        self._call_parameters = inspect.signature(pipe.__call__).parameters
         self._denoiser = pipe.transformer if self._kind == "sd3" else pipe.unet
         self.device = self._denoiser.device
         self._streams = stream_scheduler
@@ -263,7 +264,7 @@ class PipelineServer:
 
     def _call_default(self, name: str, fallback: Any) -> Any:
         """The default of the pipeline's ``__call__`` argument ``name`` (SD: guidance 7.5, SDXL: 5.0)."""
-        parameter = inspect.signature(self.pipe.__call__).parameters.get(name)
+        parameter = self._call_parameters.get(name)
         return fallback if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
 
     # -- encoding ---------------------------------------------------------------------

@@ -132,9 +132,10 @@ class SamplerRow:
                 start = k
         return keys
 
-    @property
+    @functools.cached_property
     def repeats_timesteps(self) -> bool:
-        """Whether a timestep repeats (the fused step must then be given :attr:`keys`)."""
+        """Whether a timestep repeats (the fused step must then be given :attr:`keys`; read at
+        every sampler iteration, so worked out once)."""
         return len(np.unique(self.timesteps)) != len(self.timesteps)
 
     def sigma(self, step: int) -> float:
