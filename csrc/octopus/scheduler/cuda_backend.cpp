@@ -11,6 +11,7 @@ namespace octopus::scheduler {
 
 using cuda_detail::check;
 using cuda_detail::DeviceGuard;
+using cuda_detail::RelaxedCaptureMode;
 
 CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
   const cudaError_t status = cudaGetDeviceCount(&device_count_);
@@ -40,6 +41,7 @@ int CudaBackend::multiprocessor_count(int device) {
 
 StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
   DeviceGuard guard(device);
+  RelaxedCaptureMode relaxed;
   int lowest = 0, greatest = 0;  // numerically lower is higher priority
   check(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), "cudaDeviceGetStreamPriorityRange");
   cudaStream_t stream = nullptr;
@@ -50,6 +52,7 @@ StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
 
 int CudaBackend::create_partition(int device, int reserved_sms) {
   std::lock_guard<std::mutex> lock(partitions_mutex_);
+  RelaxedCaptureMode relaxed;
   auto& partition = partitions_.at(static_cast<std::size_t>(device))[reserved_sms];
   if (!partition) partition = GreenContextPartition::create(device, reserved_sms);
   return partition->sms();
@@ -57,6 +60,7 @@ int CudaBackend::create_partition(int device, int reserved_sms) {
 
 StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) {
   std::lock_guard<std::mutex> lock(partitions_mutex_);
+  RelaxedCaptureMode relaxed;
   auto& by_reserve = partitions_.at(static_cast<std::size_t>(device));
   const auto it = by_reserve.find(reserved_sms);
   if (it == by_reserve.end() || !it->second) {
@@ -67,18 +71,23 @@ StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) 
 
 EventHandle CudaBackend::create_event(int device, bool timed) {
   DeviceGuard guard(device);
+  RelaxedCaptureMode relaxed;
   cudaEvent_t event = nullptr;
   check(cudaEventCreateWithFlags(&event, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreateWithFlags");
   return event;
 }
 
-void CudaBackend::destroy_event(int, EventHandle event) noexcept { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+void CudaBackend::destroy_event(int, EventHandle event) noexcept {
+  RelaxedCaptureMode relaxed;
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
 
 void CudaBackend::record_event(int, EventHandle event, StreamHandle stream) {
   check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
 }
 
 bool CudaBackend::event_done(int, EventHandle event) {
+  RelaxedCaptureMode relaxed;
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (status == cudaErrorNotReady) {
     cudaGetLastError();
@@ -90,12 +99,14 @@ bool CudaBackend::event_done(int, EventHandle event) {
 
 double CudaBackend::elapsed_s(int, EventHandle start, EventHandle end) {
   float ms = 0.0f;
+  RelaxedCaptureMode relaxed;
   check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
         "cudaEventElapsedTime");
   return static_cast<double>(ms) * 1e-3;
 }
 
 void CudaBackend::synchronize_event(int, EventHandle event) {
+  RelaxedCaptureMode relaxed;
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
 }
 
@@ -106,6 +117,7 @@ void CudaBackend::stream_wait_event(int, StreamHandle stream, EventHandle event)
 MemoryInfo CudaBackend::memory_info(int device) {
   DeviceGuard guard(device);
   MemoryInfo info;
+  RelaxedCaptureMode relaxed;
   check(cudaMemGetInfo(&info.free_bytes, &info.total_bytes), "cudaMemGetInfo");
   return info;
 }

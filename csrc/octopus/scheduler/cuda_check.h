@@ -36,4 +36,20 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// Lets the scheduler's own queries and waits through while another thread captures a CUDA
+// graph. Under the default (global) capture mode a "potentially unsafe" call such as
+// cudaEventQuery from any thread invalidates that thread's capture; the scheduler's calls
+// touch only its own events and streams, which no capture records, so they run in the relaxed
+// mode, set for the call and put back after it.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace octopus::scheduler::cuda_detail
