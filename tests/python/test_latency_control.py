@@ -1,8 +1,12 @@
 """Latency targets from Python: the options as one dataclass mirroring the C++ config, the
 controller's state in stats(), targets and their errors, infeasible targets said out loud,
-and (on CUDA) slices sized by the controller giving the same bits as unsliced work."""
+the GIL switch interval kept short while a scheduler is open, and (on CUDA) slices sized by
+the controller giving the same bits as unsliced work and graph captures beside a busy
+scheduler."""
 
 import dataclasses
+import gc
+import sys
 import threading
 import time
 import warnings
@@ -12,6 +16,7 @@ import torch
 
 import octopus
 from octopus import _library
+from octopus.scheduling import gil
 from conftest import HAS_CUDA, random_batch
 
 
@@ -48,6 +53,47 @@ def test_options_are_the_dataclass_fields_and_unknown_ones_are_named():
         simulated(throttle="sometimes")
     with pytest.raises(ValueError, match="timeout"):
         simulated(timeout=-1.0)
+
+
+@pytest.fixture
+def interpreter_interval():
+    """Python's switch interval set to 5 ms for the test and put back after it (schedulers
+    of earlier tests that nobody closed collected first: they give theirs back)."""
+    gc.collect()
+    assert not gil._open, "a scheduler of an earlier test is still open"
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(5e-3)
+    yield 5e-3
+    sys.setswitchinterval(before)
+
+
+def test_latency_control_keeps_the_gil_switch_interval_short_while_the_scheduler_is_open(interpreter_interval):
+    first = simulated()
+    assert sys.getswitchinterval() == pytest.approx(2e-4)
+    second = simulated(gil_switch_interval=1e-4)
+    assert sys.getswitchinterval() == pytest.approx(1e-4)  # the smallest open request's
+    second.close()
+    assert sys.getswitchinterval() == pytest.approx(2e-4)
+    second.close()  # a second close changes nothing
+    assert sys.getswitchinterval() == pytest.approx(2e-4)
+    first.close()
+    assert sys.getswitchinterval() == pytest.approx(interpreter_interval)
+    # An interval above the interpreter's own does not raise it.
+    with simulated(gil_switch_interval=0.05):
+        assert sys.getswitchinterval() == pytest.approx(interpreter_interval)
+    # A scheduler nobody closed gives it back when it is collected.
+    simulated()
+    gc.collect()
+    assert sys.getswitchinterval() == pytest.approx(interpreter_interval)
+
+
+def test_the_gil_switch_interval_is_left_alone_without_latency_control_or_when_asked(interpreter_interval):
+    with simulated(latency_control=False), simulated(gil_switch_interval=None):
+        assert sys.getswitchinterval() == pytest.approx(interpreter_interval)
+    for bad in (0, -1e-3, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="gil_switch_interval must be a positive number"):
+            simulated(gil_switch_interval=bad)
+    assert sys.getswitchinterval() == pytest.approx(interpreter_interval)
 
 
 def test_stats_show_the_controller():
@@ -159,3 +205,45 @@ def test_slices_sized_by_the_controller_give_the_bits_of_unsliced_work():
     sched.run_sliced(lambda rows: torch.mm(a[rows], b, out=out[rows]), 2048, kind="matmul")
     # (A product's bits may depend on how many rows cuBLAS is given; octopus's ops' do not.)
     torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build of octopus")
+def test_a_graph_captured_beside_a_busy_scheduler_is_not_invalidated():
+    # The control thread queries events and calibrates its device clock (every second) while
+    # latency-critical leases come and go; a capture in the default (global) mode on another
+    # thread must not be broken by those calls.
+    # (The latency-critical thread itself makes no capture-unsafe call: no synchronization,
+    # no allocation.)
+    device = torch.device("cuda")
+    sched = octopus.StreamScheduler(4)
+    stop = threading.Event()
+    counter = torch.zeros(1, device=device)
+    torch.cuda.synchronize()
+
+    def latency_critical():
+        while not stop.is_set():
+            with sched.acquire("lc", priority="high") as lease, torch.cuda.stream(lease.stream):
+                counter.add_(1)
+            time.sleep(2e-4)
+
+    thread = threading.Thread(target=latency_critical, daemon=True)
+    thread.start()
+    try:
+        x = torch.randn(4096, device=device)
+        stream = torch.cuda.Stream(device)
+        end = time.perf_counter() + 2.5  # more than two calibrations
+        captured = 0
+        while time.perf_counter() < end:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.stream(stream):
+                with torch.cuda.graph(graph, stream=stream):
+                    y = (x * 2).sum()
+                graph.replay()
+            stream.synchronize()
+            assert y.item() == pytest.approx(2 * x.sum().item(), rel=1e-5)
+            captured += 1
+        assert captured > 10
+    finally:
+        stop.set()
+        thread.join()
+        sched.close()

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import math
 import warnings
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence, Tuple, cast
 
 import torch
@@ -28,6 +29,7 @@ from ..ragged import RaggedBatch
 from .arguments import DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
 from .config import SchedulerConfig
 from .executor import LeaseExecutor
+from .gil import check_interval, lower_switch_interval, restore_switch_interval
 from .slicing import SliceSizer, count_slices, item_ranges
 from .streams import record_stream
 
@@ -224,6 +226,10 @@ class StreamScheduler:
         use_nvml: read GPU utilization from NVML (loaded at run time where libnvidia-ml
             exists): it breaks ties between equally loaded devices and drives
             ``target_utilization``.
+        gil_switch_interval: with latency control on, the interpreter's GIL switch interval
+            is kept at most this many seconds while the scheduler is open (None: left as it
+            is). A latency-critical thread that wakes while a best-effort thread runs Python
+            waits up to this long for the GIL; Python's own 5 ms would be its tail.
         config: a :class:`SchedulerConfig` of the other options; keyword ``options`` (its
             field names, e.g. ``timeout=1.0``, ``latency_ratio=2.0``) override its fields.
 
@@ -240,16 +246,20 @@ class StreamScheduler:
     """
 
     def __init__(self, max_leases_per_device: int | None = None, *, backend: str = "cuda", simulated_devices: int = 1,
-                 use_nvml: bool = True, config: SchedulerConfig | None = None, **options: Any):
+                 use_nvml: bool = True, gil_switch_interval: float | None = 2e-4,
+                 config: SchedulerConfig | None = None, **options: Any):
         if backend == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("octopus.StreamScheduler: no CUDA device is available to this torch; "
                                "use backend='simulated' to run the scheduler without a GPU")
         unknown = sorted(set(options) - set(SchedulerConfig.option_names()))
         if unknown:
             raise TypeError(f"StreamScheduler got unknown option(s) {', '.join(map(repr, unknown))}; the options are "
-                            f"backend, simulated_devices, use_nvml, config and {', '.join(SchedulerConfig.option_names())}")
+                            f"backend, simulated_devices, use_nvml, gil_switch_interval, config and "
+                            f"{', '.join(SchedulerConfig.option_names())}")
         if max_leases_per_device is not None:
             options["max_leases_per_device"] = max_leases_per_device
+        if gil_switch_interval is not None:
+            gil_switch_interval = check_interval(gil_switch_interval)
         self.config = dataclasses.replace(config or SchedulerConfig(), **options)
         self._impl = _C.StreamScheduler(self.config.native(), backend, int(simulated_devices), bool(use_nvml))
         self._cuda = backend == "cuda"
@@ -257,6 +267,11 @@ class StreamScheduler:
         # torch.device per index, made once: acquire + release is on latency-critical paths.
         self._torch_devices: dict[int, torch.device] = {}
         self._executor = LeaseExecutor(self)
+        # Lowered last, so a constructor that raised leaves the interpreter as it was.
+        self._gil: Callable[[], Any] | None = None
+        if self.config.latency_control and gil_switch_interval is not None:
+            token = lower_switch_interval(gil_switch_interval)
+            self._gil = weakref.finalize(self, restore_switch_interval, token)
 
     # -- leases -------------------------------------------------------------------------
 
@@ -465,8 +480,11 @@ class StreamScheduler:
                                                   device=device))
 
     def close(self) -> None:
-        """Waits for submitted work and stops the thread pool."""
+        """Waits for submitted work, stops the thread pool and gives the interpreter its GIL
+        switch interval back."""
         self._executor.close()
+        if self._gil is not None:
+            self._gil()
 
     def __enter__(self) -> "StreamScheduler":
         return self
