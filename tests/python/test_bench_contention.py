@@ -80,6 +80,12 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     controller = result["modes"][-1]
     assert controller["control"]["enabled"] and set(controller["lc_ms"]) == {"mlp", "ragged"}
     assert len(controller["lc_ms"]["ragged"]) >= 3  # (the CPU, two cores shared with the BE jobs, keeps up with few)
+    for name, latencies in controller["lc_ms"].items():  # the host's part of each latency, and no more
+        starts = controller["lc_start_ms"][name]
+        assert len(starts) == len(latencies) and all(0 <= s <= t for s, t in zip(starts, latencies))
+    for job in controller["lc"].values():
+        assert job["start_p99_ms"] <= job["p99_ms"]
+    assert controller["lc"]  # (at least one LC job had samples in the window)
     assert set(controller["be_per_s"]) == {"matmul", "ragged"} and all(v > 0 for v in controller["be_per_s"].values())
     assert "ragged" in result["lc_alone"]
     assert set(FAMILIES) == {"mlp", "convnet"}
@@ -97,3 +103,7 @@ def test_the_command_on_the_cpu(tmp_path):
     assert result["lease_overhead"][0]["backend"] == "simulated" and result["lease_overhead"][0]["python_us"] > 0
     assert result["checkpoint"][0]["checkpoint_us"] > 0
     assert result["batcher"][0]["back_to_back_us_per_request"] > 0
+    python_own, short = result["gil_wakeup"]
+    assert python_own["switch_interval_s"] == 5e-3 and short["switch_interval_s"] == 2e-4
+    # Beside a thread running Python, a waking thread waits for the switch interval.
+    assert python_own["late_p50_ms"] > 2.0 and short["late_p50_ms"] < python_own["late_p50_ms"]

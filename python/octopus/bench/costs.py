@@ -4,6 +4,8 @@ best-effort checkpoint with nothing to wait for, and the Batcher per request."""
 from __future__ import annotations
 
 import statistics
+import sys
+import threading
 import time
 
 import torch
@@ -70,3 +72,32 @@ def checkpoint_cost(backend: str, calls: int = 5000) -> dict:
                 lease.checkpoint(1)
             samples.append((time.perf_counter() - t0) / (calls // 20) * 1e6)
     return dict(backend=backend, checkpoint_us=statistics.median(samples))
+
+
+def gil_wakeup(switch_interval: float, wakeups: int = 300) -> dict:
+    """How late a thread that sleeps 1 ms wakes while another thread runs pure Python, at a
+    GIL switch interval: what a latency-critical thread meets beside a best-effort one that
+    prepares its work in Python. The p50 and p99 lateness in ms (nearest rank)."""
+    from .._timing import percentile
+    before = sys.getswitchinterval()
+    stop = threading.Event()
+
+    def busy() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    thread = threading.Thread(target=busy, daemon=True)
+    late = []
+    sys.setswitchinterval(switch_interval)
+    try:
+        thread.start()
+        for _ in range(wakeups):
+            due = time.perf_counter() + 1e-3
+            time.sleep(1e-3)
+            late.append((time.perf_counter() - due) * 1e3)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(before)
+    return dict(switch_interval_s=switch_interval, late_p50_ms=percentile(late, 50), late_p99_ms=percentile(late, 99))

@@ -13,7 +13,7 @@ import torch
 
 import octopus
 
-from ..costs import batcher_overhead, checkpoint_cost, lease_overhead
+from ..costs import batcher_overhead, checkpoint_cost, gil_wakeup, lease_overhead
 from ..report import environment
 from . import report
 from .modes import TARGET_RATIOS, modes
@@ -34,8 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-sweep", action="store_true", help="leave out the fixed configurations (and the oracle)")
     p.add_argument("--only", nargs="+", default=None, metavar="TEXT",
                    help="run only the modes whose name contains one of these (and the alone modes)")
-    p.add_argument("--switch-interval", type=float, default=None,
-                   help="sys.setswitchinterval while the modes run (default: Python's own)")
+    p.add_argument("--switch-interval", type=float, default=2e-4,
+                   help="sys.setswitchinterval (seconds) while every mode runs, the peers too; the default is the "
+                        "interval StreamScheduler keeps under latency control (0: Python's own)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -70,6 +71,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     overhead = [lease_overhead("simulated")]
     checkpoints = [checkpoint_cost("simulated")]
     batching = [batcher_overhead("simulated")]
+    # Python's own switch interval, then the one the scheduler keeps under latency control.
+    wakeups = [gil_wakeup(5e-3), gil_wakeup(2e-4)]
     workloads: List[Dict[str, Any]] = []
     switch_interval = sys.getswitchinterval()
     if has_cuda:
@@ -95,6 +98,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us")
     for c in checkpoints:
         print(f"best-effort checkpoint ({c['backend']}): {c['checkpoint_us']:.2f} us")
+    for w in wakeups:
+        print(f"GIL switch interval {w['switch_interval_s'] * 1e3:g} ms: a thread waking beside a thread running "
+              f"Python is late by {w['late_p50_ms']:.3f} ms (p50), {w['late_p99_ms']:.3f} ms (p99)")
     for b in batching:
         print(f"Batcher ({b['backend']}): {b['back_to_back_us_per_request']:.1f} us/request back to back, "
               f"{b['single_request_us_p50']:.1f} us for one request alone ({b['overhead_us_per_request']:.1f} us "
@@ -105,7 +111,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                                     attainment=report.ATTAINMENT),
                       warmup_s=args.warmup, controller_warmup_s=args.controller_warmup, measure_s=args.measure,
                       scale=args.scale, switch_interval_s=args.switch_interval or switch_interval,
-                      workloads=workloads, lease_overhead=overhead, checkpoint=checkpoints, batcher=batching)
+                      workloads=workloads, lease_overhead=overhead, checkpoint=checkpoints, batcher=batching,
+                      gil_wakeup=wakeups)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
         print(f"raw measurements: {args.json}")

@@ -33,6 +33,9 @@ def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> 
             if not ms or name not in base:
                 continue
             job = dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), samples=len(ms))
+            start = r.get("lc_start_ms", {}).get(name)
+            if start:  # the host's part: arrival until the job's thread runs
+                job.update(start_p50_ms=percentile(start, 50), start_p99_ms=percentile(start, 99))
             job["p50_over_alone_p50"] = job["p50_ms"] / base[name]["p50_ms"]
             job["p99_over_alone_p99"] = job["p99_ms"] / base[name]["p99_ms"]
             for t in target_ratios:

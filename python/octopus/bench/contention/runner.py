@@ -2,7 +2,7 @@
 a thread of its own on its fixed open-loop schedule (job k of an LC job arrives at
 ``start + phase + k * period``; its latency runs from that arrival to its work's completion,
 so a job that starts late because the one before overran is counted from when it should
-have started). Measured over a window after a warm-up: each LC job's latencies, each BE
+have started; the part of it before the job's thread runs again is kept as well). Measured over a window after a warm-up: each LC job's latencies, each BE
 job's products per second, and the GPU's SM clock and power (NVML)."""
 
 from __future__ import annotations
@@ -92,8 +92,9 @@ class Runner:
             wait = arrival - time.perf_counter()
             if wait > 0:
                 time.sleep(wait)
+            started = time.perf_counter()
             launch()
-            out.append((arrival, time.perf_counter()))
+            out.append((arrival, started, time.perf_counter()))
 
     # -- BE ---------------------------------------------------------------------------
 
@@ -199,8 +200,12 @@ class Runner:
                                    target_ratio=mode.target_ratio, window_s=t1 - t0,
                                    sm_clock_mhz=gpu.mean("sm_clock_mhz"), power_w=gpu.mean("power_w"),
                                    power_capped_share=gpu.mean("power_capped"))
-        row["lc_ms"] = {name: [(done - arrival) * 1e3 for arrival, done in out if t0 <= arrival < t1]
+        row["lc_ms"] = {name: [(done - arrival) * 1e3 for arrival, _, done in out if t0 <= arrival < t1]
                         for name, out in lc_out.items()}
+        # The host's part: from arrival until the job's thread runs again (the sleep's
+        # overshoot, the GIL, the CPU), before the job itself starts.
+        row["lc_start_ms"] = {name: [(started - arrival) * 1e3 for arrival, started, _ in out if t0 <= arrival < t1]
+                              for name, out in lc_out.items()}
         row["be_per_s"] = {name: sum(t0 <= c <= t1 for c in done) / (t1 - t0) for name, done in be_done.items()}
         if control is not None:
             row["control"] = control
