@@ -91,6 +91,22 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     assert set(FAMILIES) == {"mlp", "convnet"}
 
 
+def test_stall_dumps_hold_every_threads_stack_and_name_the_stalled_job():
+    # A 0.001 ms threshold: every LC job stalls by it.
+    args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
+                              only=["plain"], stall_dump=0.001)
+    result = run_workload("mlp", torch.device("cpu"), args)
+    plain = next(m for m in result["modes"] if m["name"] == "plain streams")
+    assert 0 < len(plain["stalls"]) <= 20
+    for dump in plain["stalls"]:
+        assert dump["job"] in ("mlp", "ragged") and dump["after_ms"] > 0.001
+        stalled = [stack for name, stack in dump["stacks"].items() if name.endswith("(the stalled job)")]
+        assert len(stalled) == 1 and "contention/" in "".join(stalled[0])  # in the job (its body or its launcher)
+    assert "stalls" not in next(m for m in result["modes"] if m["name"] == "BE alone") or \
+        not next(m for m in result["modes"] if m["name"] == "BE alone")["stalls"]
+    assert "stalls" in report.format_table([plain])
+
+
 def test_the_command_on_the_cpu(tmp_path):
     path = tmp_path / "contention.json"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")

@@ -37,13 +37,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--switch-interval", type=float, default=2e-4,
                    help="sys.setswitchinterval (seconds) while every mode runs, the peers too; the default is the "
                         "interval StreamScheduler keeps under latency control (0: Python's own)")
+    p.add_argument("--stall-dump", type=float, default=None, metavar="MS",
+                   help="record every thread's Python stack when an LC job has run for more than MS ms "
+                        "(a diagnostic: the dumps go to the raw JSON, the count to the table)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
 
 def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> Dict[str, Any]:
     lc_jobs, be_jobs = FAMILIES[name](device, args.scale)
-    runner = Runner(lc_jobs, be_jobs, device, args.warmup, args.measure, args.controller_warmup)
+    runner = Runner(lc_jobs, be_jobs, device, args.warmup, args.measure, args.controller_warmup,
+                    getattr(args, "stall_dump", None))
     rows: List[Dict[str, Any]] = []
     for mode in modes(sweep=not args.no_sweep):
         if args.only and mode.kind != "alone" and not any(text in mode.name for text in args.only):

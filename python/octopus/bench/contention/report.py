@@ -76,6 +76,7 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         minimum = f"min {100 * r['be_share_min']:.0f}%" if r.get("be_share_min") is not None else ""
         clock = f"{r['sm_clock_mhz']:.0f} MHz" if r.get("sm_clock_mhz") else ""
         meets = " ".join(f"{k}:{'yes' if v else 'no'}" for k, v in r.get("meets", {}).items())
+        stalls = f" | {len(r['stalls'])} stalls" if r.get("stalls") else ""
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
-                     f"{clock} {meets}".rstrip())
+                     f"{clock} {meets}".rstrip() + stalls)
     return "\n".join(lines)

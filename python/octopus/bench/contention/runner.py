@@ -10,8 +10,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import sys
 import threading
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -27,9 +29,12 @@ class Runner:
     """A workload's jobs on one device, runnable in any mode."""
 
     def __init__(self, lc_jobs: List[LCJob], be_jobs: List[BEJob], device: torch.device, warmup_s: float,
-                 measure_s: float, controller_warmup_s: float):
+                 measure_s: float, controller_warmup_s: float, stall_dump_ms: Optional[float] = None):
         self.lc_jobs, self.be_jobs, self.device = lc_jobs, be_jobs, device
         self.warmup_s, self.measure_s, self.controller_warmup_s = warmup_s, measure_s, controller_warmup_s
+        self.stall_dump_ms = stall_dump_ms
+        # LC jobs running now, by thread: (job name, start); read by the stall watchdog.
+        self._running: Dict[int, tuple] = {}
         self.cuda = device.type == "cuda"
         # Graph jobs captured once per stream priority: kernel nodes keep the priority of the
         # stream they were captured on.
@@ -93,8 +98,26 @@ class Runner:
             if wait > 0:
                 time.sleep(wait)
             started = time.perf_counter()
+            self._running[threading.get_ident()] = (job.name, started)
             launch()
+            del self._running[threading.get_ident()]
             out.append((arrival, started, time.perf_counter()))
+
+    def _stall_watchdog(self, stop: threading.Event, dumps: List[Dict[str, Any]], limit: int = 20) -> None:
+        """Every thread's Python stack, once per LC job that has run for over stall_dump_ms
+        (at most ``limit`` per mode): where the time of a stalled job goes."""
+        assert self.stall_dump_ms is not None
+        seen = set()
+        while not stop.wait(min(1e-3, self.stall_dump_ms * 1e-3 / 4)) and len(dumps) < limit:
+            now = time.perf_counter()
+            for ident, (name, started) in list(self._running.items()):
+                if (now - started) * 1e3 <= self.stall_dump_ms or (ident, started) in seen:
+                    continue
+                seen.add((ident, started))
+                threads = {t.ident: t.name for t in threading.enumerate()}
+                stacks = {f"{threads.get(i, i)}{' (the stalled job)' if i == ident else ''}":
+                          traceback.format_stack(frame)[-10:] for i, frame in sys._current_frames().items()}
+                dumps.append(dict(job=name, at_s=started, after_ms=(now - started) * 1e3, stacks=stacks))
 
     # -- BE ---------------------------------------------------------------------------
 
@@ -174,6 +197,9 @@ class Runner:
                 phase = job.period_s * i / len(self.lc_jobs)
                 threads.append(threading.Thread(target=self._lc_thread, args=(
                     job, launch, start, phase, stop, lc_out[job.name]), daemon=True))
+        stalls: List[Dict[str, Any]] = []
+        if self.stall_dump_ms is not None and mode.lc != "none":
+            threads.append(threading.Thread(target=self._stall_watchdog, args=(stop, stalls), daemon=True))
         collecting = gc.isenabled()
         gc.disable()  # as timeit does: a collection inside a timed job is not the GPU's doing
         try:
@@ -207,6 +233,8 @@ class Runner:
         row["lc_start_ms"] = {name: [(started - arrival) * 1e3 for arrival, started, _ in out if t0 <= arrival < t1]
                               for name, out in lc_out.items()}
         row["be_per_s"] = {name: sum(t0 <= c <= t1 for c in done) / (t1 - t0) for name, done in be_done.items()}
+        if self.stall_dump_ms is not None:
+            row["stalls"] = [dict(d, at_s=d["at_s"] - t0) for d in stalls]  # at_s: from the window's start
         if control is not None:
             row["control"] = control
         return row
