@@ -93,19 +93,43 @@ TEST(LatencyController, ReactsToABurstWithinItsStatedTime) {
   device.run(c, 3000);
   ASSERT_EQ(c.step(), 4);
   // A burst: at steps below 6 the LC job now takes 4 x its alone time (over 2 x the target:
-  // "severe"); the first such sample climbs two steps at once.
+  // "severe", each costs twice the budget of a violation); with the budget full, the second
+  // such sample climbs two steps at once.
   device.slowdown = {5.0, 5.0, 5.0, 5.0, 4.0, 4.0, 1.2, 1.0, 1.0};
   const std::vector<int> steps = device.run(c, 50);
-  EXPECT_GE(steps.front(), 6) << "one sample over 2 x the target climbs two steps";
+  EXPECT_EQ(steps[0], 4) << "one severe sample is absorbed by a full budget";
+  EXPECT_EQ(steps[1], 6) << "the second climbs two steps";
   EXPECT_EQ(steps.back(), 6);
-  // A milder burst (1.2 x target): climbs within a few samples (two violations in a row).
+  // A milder burst (1.2 x target): the third violation in a row climbs.
   ScriptedDevice mild{{3.0, 2.5, 2.0, 1.6, 1.3, 1.1, 1.05, 1.0, 1.0}};
   LatencyController m(ControllerOptions{}, ladder_of(9));
   mild.run(m, 3000);
   ASSERT_EQ(m.step(), 4);
   mild.slowdown = {3.0, 3.0, 3.0, 3.0, 1.8, 1.3, 1.05, 1.0, 1.0};
   const std::vector<int> mild_steps = mild.run(m, 10);
-  EXPECT_EQ(mild_steps[1], 5) << "the second violation in a row climbs";
+  EXPECT_EQ(mild_steps[1], 4);
+  EXPECT_EQ(mild_steps[2], 5) << "the third violation in a row climbs";
+}
+
+TEST(LatencyController, AStepWhoseViolationsStayUnderOnePercentKeepsItsPlace) {
+  // Step 2 is within the target but for 0.5% of its jobs (1.7 ms against ~1.575 ms): its
+  // p99 is met, so the controller stays there instead of climbing at every pair of
+  // violations close together.
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  ScriptedDevice device{{3.0, 2.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}};
+  std::bernoulli_distribution spike(0.005);
+  const auto latency = [&](int step) {
+    if (step != 2) return device.latency(step);
+    return spike(device.rng) ? 1.7e-3 : 1.2e-3 * device.noise(device.rng);
+  };
+  device.run(c, 3000, latency);
+  const std::vector<int> steps = device.run(c, 30000, latency);
+  // (With a step climbed at every two violations within ~100 jobs, it was at step 2 for 5% of
+  // these jobs.)
+  EXPECT_GT(std::count(steps.begin(), steps.end(), 2), 24000);
+  EXPECT_LE(changes(steps), 24);
+  const KindControl k = c.kinds().front();
+  EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
 }
 
 TEST(LatencyController, AStepDownThatHadToBeUndoneWaitsLongerNextTime) {

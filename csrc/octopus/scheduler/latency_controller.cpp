@@ -93,7 +93,7 @@ void LatencyController::set_target(const std::string& name, LatencyTarget target
   k.infeasible = false;
   k.reported = false;
   k.at_top = k.over_at_top = 0;
-  k.score = 0.0;
+  k.budget = options_.budget_cap;
 }
 
 std::optional<double> LatencyController::target_s(const Kind& k) const {
@@ -129,7 +129,10 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool over = latency_s > *target;
     k.judged += 1;
     if (!over) k.within += 1;
-    k.score = k.score * (1.0 - 1.0 / options_.score_memory) + (over ? 1.0 : 0.0);
+    const bool severe = over && latency_s > options_.severe_ratio * *target;
+    if (k.judged == 1) k.budget = options_.budget_cap;  // its first judged job: a full budget
+    k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
+                                                              : 1.0 - options_.attainment));
     if (step_ == static_cast<int>(ladder_.size()) - 1) {
       k.at_top += 1;
       if (over) k.over_at_top += 1;
@@ -140,9 +143,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool median_over = median_bound && *k.recent.quantile(0.5) > *median_bound;
     if (settle_left_ > 0) {
       settle_left_ -= 1;
-    } else if (over && latency_s > options_.severe_ratio * *target) {
-      climb(2, now_s);
-    } else if (k.score > options_.tighten_score || median_over) {
+    } else if (k.budget < 0.0) {
+      climb(severe ? 2 : 1, now_s);
+    } else if (median_over) {
       climb(1, now_s);
     }
   }
@@ -178,7 +181,7 @@ void LatencyController::climb(int steps, double now_s) {
   samples_at_step_ = 0;
   settle_left_ = options_.settle_samples;
   for (auto& [name, k] : kinds_) {
-    k.score = 0.0;
+    k.budget = options_.budget_cap;
     k.recent.clear();
   }
 }
@@ -228,7 +231,7 @@ void LatencyController::maybe_descend(double now_s) {
     const std::optional<double> target = target_s(k);
     if (!target) return;  // no judgement of this kind yet: stay
     const std::optional<double> p99 = k.recent.quantile(0.99);
-    if (k.score >= options_.loosen_score || !p99 || *p99 > options_.slack * *target) return;
+    if (k.budget < options_.loosen_budget || !p99 || *p99 > options_.slack * *target) return;
     const std::optional<double> median_bound = median_bound_s(k);
     if (median_bound && *k.recent.quantile(0.5) > options_.slack * *median_bound) return;
     any = true;
@@ -280,7 +283,7 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.judged = k.judged;
     c.within_target = k.within;
     c.alone_samples = k.alone.count();
-    c.score = k.score;
+    c.budget = k.budget;
     c.infeasible = k.infeasible;
     c.infeasible_reason = k.reason;
     out.push_back(std::move(c));

@@ -5,8 +5,8 @@
 // The decision is one step on a ladder of BE settings ordered from the most permissive (BE
 // work in whole units, two in flight, every SM, never paused) to the most protective (SMs
 // kept free of BE work, short slices, one in flight, BE paused while LC work is held or
-// waiting). The controller climbs when LC latency breaks its target and steps
-// down when it has slack; a step down that had to be undone is retried only after a wait
+// waiting). The controller climbs when an LC kind has spent its error budget (a p99 target
+// allows 1% of its jobs over it) and steps down when it has slack; a step down that had to be undone is retried only after a wait
 // that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
 // latency). Until a kind has enough alone samples the controller asks for a probe (BE
@@ -68,13 +68,16 @@ struct ControllerOptions {
   double settling_probe_interval_s = 8.0;
   std::size_t alone_window = 512;
   std::size_t recent_window = 256;
-  // A violation adds 1 to a kind's score, every sample multiplies it by 1 - 1 / score_memory:
-  // the score is about the violations among the last score_memory samples. Above
-  // tighten_score (more than ~1% over the last 100) the controller climbs a step; a single
-  // latency over severe_ratio x the target climbs at once.
-  double score_memory = 100.0;
-  double tighten_score = 1.0;
+  // Each kind has an error budget: a p99 target lets 1% of its jobs over it. A job within the
+  // target earns 1 - attainment, one over it costs 1 (one over severe_ratio x the target costs
+  // severe_cost), and the budget holds at most budget_cap. When a job leaves it below zero the
+  // controller climbs a step (two where that job was severe). An isolated violation (a host
+  // hiccup) is absorbed, violations above 1% of the jobs spend it, a burst spends it at once;
+  // after a climb every kind's budget is full again.
+  double attainment = 0.99;
+  double budget_cap = 2.0;
   double severe_ratio = 2.0;
+  double severe_cost = 2.0;
   // A kind with a relative target also keeps its median within median_ratio x its alone
   // median: its p99 target alone does not bound it (a heavy-tailed kind's alone p99 is
   // several times its median, so a 1.5x p99 target lets the median triple). Judged on the
@@ -86,11 +89,11 @@ struct ControllerOptions {
   // slices in flight at the old step still run).
   int settle_samples = 3;
   // A step down needs this many samples and seconds at the current step with every kind's
-  // recent p99 under slack x its target and its score under loosen_score.
+  // recent p99 under slack x its target and its budget at least loosen_budget.
   std::size_t loosen_samples = 100;
   double loosen_s = 0.5;
   double slack = 0.8;
-  double loosen_score = 0.25;
+  double loosen_budget = 1.5;
   // A step down undone within undo_s doubles that step's wait, up to max_backoff times.
   double undo_s = 2.0;
   int max_backoff = 64;
@@ -116,7 +119,7 @@ struct KindControl {
   std::size_t judged = 0;           // samples that arrived while the kind had a target
   std::size_t within_target = 0;    // of them, within the target in force then
   std::size_t alone_samples = 0;
-  double score = 0.0;
+  double budget = 0.0;              // its error budget (ControllerOptions::attainment)
   bool infeasible = false;
   std::string infeasible_reason;
 };
@@ -154,7 +157,7 @@ class LatencyController {
     // The alone p99 and median, recomputed as a sample joins `alone` (read at every sample).
     std::optional<double> alone_p99_s, alone_p50_s;
     detail::SampleWindow recent;
-    double score = 0.0;
+    double budget = 0.0;  // set full when the kind gets a target (and after every climb)
     std::size_t samples = 0;
     std::size_t judged = 0;
     std::size_t within = 0;
