@@ -5,7 +5,8 @@ Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x10
 is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M, with the
 peers below; then the stochastic ones (Euler ancestral, DPM-Solver++ 2M SDE, DDPM), each with
 its noise given and with its noise drawn on the device (generation counted), and a batch that
-mixes all eight sampler kinds in one launch. Modes,
+mixes all eight sampler kinds in one launch (on CUDA each also as 30 steps in a CUDA graph,
+per step). Modes,
 side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
 (one scheduler per sample, where diffusers is installed), the same on 4 leased streams, and
 grouped by timestep (``PerSampleStepper``'s three modes); a vectorized plain-PyTorch step
@@ -174,6 +175,11 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
     rows: list = []
 
     def row(sampler, mode, measured, moved, note=""):
+        if callable(measured):  # a graph row: a capture the step refuses is reported, not raised
+            try:
+                measured = measured()
+            except Exception as error:  # noqa: BLE001
+                measured, note = None, f"failed: {type(error).__name__}: {str(error)[:80]}"
         ms = measured["kernel_ms"] if measured else None
         rows.append(dict(distribution=shape_name, items=n, elements=x.numel(), sampler=sampler,
                          method=f"{sampler}: {mode}", mode=mode, strategy=None, block_elems=None, setup_ms=0.0,
@@ -201,6 +207,12 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
         row(sampler, "octopus fused, noise drawn",
             measurer.measure(lambda: sched.step(m, x, t, generator=generator, validate=False), warmup=5,
                              repeats=repeats), moved, "torch.randn of the batch's shape counted")
+        if device.type == "cuda":
+            row(sampler, "octopus fused, noise given, CUDA graph (per step)", lambda: _repeated_in_graph(
+                lambda: sched.step(m, x, t, variance_noise=z, validate=False), measurer, repeats), moved)
+            row(sampler, "octopus fused, noise drawn, CUDA graph (per step)", lambda: _repeated_in_graph(
+                lambda: sched.step(m, x, t, generator=generator, validate=False), measurer, repeats, generator),
+                moved, "torch.randn of the batch's shape counted")
     # Every kind in one launch: sample i reads row i % 8 at its own step.
     makers = [od.DDIMScheduler(clip_sample=False), od.EulerDiscreteScheduler(), od.FlowMatchEulerDiscreteScheduler(),
               od.DPMSolverMultistepScheduler(), od.UniPCMultistepScheduler()] + [make() for _, make, _ in _STOCHASTIC]
@@ -213,11 +225,30 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
     moved = 8 * nbytes  # model output, sample, noise, prev and UniPC's three state rows read and written (upper bound)
     row("mixed", "memory floor", dict(kernel_ms=moved / copy_gbs / 1e6, peak_mb=None, energy_mj=None), moved,
         "the heaviest kind's bytes at the measured copy bandwidth")
-    row("mixed", "octopus fused, 8 kinds in one launch", measurer.measure(
-        lambda: od.rows.fused_step(m.reshape(-1), values, offsets, t, tables, sample_rows=sample_rows,
-                                   noise=z.reshape(-1), state=state), warmup=5, repeats=repeats), moved,
+    mixed = lambda: od.rows.fused_step(m.reshape(-1), values, offsets, t, tables,  # noqa: E731
+                                       sample_rows=sample_rows, noise=z.reshape(-1), state=state)
+    row("mixed", "octopus fused, 8 kinds in one launch", measurer.measure(mixed, warmup=5, repeats=repeats), moved,
         "compare with each kind alone above")
+    if device.type == "cuda":
+        row("mixed", "octopus fused, 8 kinds in one launch, CUDA graph (per step)",
+            lambda: _repeated_in_graph(mixed, measurer, repeats), moved)
     return rows
+
+
+def _repeated_in_graph(step, measurer: Measurer, repeats: int, generator: torch.Generator | None = None,
+                       loop_steps: int = 30) -> dict:
+    """``step`` (the same step, over and over: its time does not depend on the values) captured
+    ``loop_steps`` times in one CUDA graph; per step. A generator the step draws from is
+    registered with the graph, so every replay draws new noise."""
+    step()  # allocations and one-time work outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    if generator is not None:
+        graph.register_generator_state(generator)
+    with torch.cuda.graph(graph):
+        for _ in range(loop_steps):
+            step()
+    return _per_step(measurer.measure(graph.replay, warmup=2, repeats=max(5, repeats // 4)), loop_steps)
 
 
 def _graph_per_step(sched, m, x, n, device, measurer: Measurer, repeats: int) -> dict:
@@ -236,7 +267,11 @@ def _graph_per_step(sched, m, x, n, device, measurer: Measurer, repeats: int) ->
         y = x
         for k in range(loop_steps):
             y = sched.step(m, y, times[k], validate=False)
-    measured = measurer.measure(graph.replay, warmup=2, repeats=max(5, repeats // 4))
+    return _per_step(measurer.measure(graph.replay, warmup=2, repeats=max(5, repeats // 4)), loop_steps)
+
+
+def _per_step(measured: dict, loop_steps: int) -> dict:
+    """A measurement of a graph of ``loop_steps`` steps, per step."""
     per_step = lambda v: v / loop_steps if v is not None else None  # noqa: E731
-    return dict(kernel_ms=per_step(measured["kernel_ms"]), times_ms=[t / loop_steps for t in measured["times_ms"]],
+    return dict(kernel_ms=per_step(measured["kernel_ms"]), times_ms=[v / loop_steps for v in measured["times_ms"]],
                 peak_mb=measured["peak_mb"], energy_mj=per_step(measured["energy_mj"]))
