@@ -144,8 +144,8 @@ def test_mixed_requests_match_diffusers_alone_float64():
 
 
 def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float64():
-    """Karras and exponential sigmas, final sigma_min, and a 50-step DPM++ 2M Karras schedule
-    whose timesteps repeat (its samples' steps told apart by their keys), in one batch."""
+    """Karras, exponential and beta sigmas, final sigma_min, and a 50-step DPM++ 2M Karras
+    schedule whose timesteps repeat (its samples' steps told apart by their keys), in one batch."""
     sd = dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012)
     configs = [("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, **sd), 50),
                ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, **sd), 7),
@@ -153,7 +153,9 @@ def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float6
                ("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, final_sigmas_type="sigma_min"), 5),
                ("EulerDiscreteScheduler", dict(use_exponential_sigmas=True, timestep_spacing="trailing"), 6),
                ("DPMSolverMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, **sd), 18),
-               ("DPMSolverMultistepScheduler", dict(solver_order=3), 6)]
+               ("DPMSolverMultistepScheduler", dict(solver_order=3), 6),
+               ("UniPCMultistepScheduler", dict(use_beta_sigmas=True), 8),
+               ("EulerDiscreteScheduler", dict(use_beta_sigmas=True, **sd), 11)]
     requests = [dict(shape=SHAPES[i % len(SHAPES)], scheduler=name, scheduler_config=config, num_inference_steps=steps,
                      seed=2000 + i) for i, (name, config, steps) in enumerate(configs)]
     model = tiny_unet()

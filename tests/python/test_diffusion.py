@@ -1,6 +1,7 @@
 """octopus.diffusion: fused per-sample sampler steps against diffusers run separately per
 sample, over whole sampling runs with random per-sample schedules and start steps."""
 
+import sys
 
 import hypothesis
 import hypothesis.strategies as st
@@ -54,6 +55,12 @@ CASES = [
     ("UniPCMultistepScheduler", dict(final_sigmas_type="sigma_min"), {}),
     ("UniPCMultistepScheduler", dict(use_exponential_sigmas=True, final_sigmas_type="sigma_min",
                                      prediction_type="v_prediction"), {}),
+    # Beta sigmas (quantiles of Beta(0.6, 0.6), scipy's).
+    ("EulerDiscreteScheduler", dict(use_beta_sigmas=True, sigma_min=0.05, final_sigmas_type="sigma_min"), {}),
+    ("DPMSolverMultistepScheduler", dict(use_beta_sigmas=True, beta_schedule="scaled_linear", beta_start=0.00085,
+                                         beta_end=0.012), {}),
+    ("UniPCMultistepScheduler", dict(use_beta_sigmas=True, final_sigmas_type="sigma_min",
+                                     timestep_spacing="trailing"), {}),
     # Zero terminal SNR (with v-prediction and trailing spacing, as its paper pairs them).
     ("DDIMScheduler", dict(rescale_betas_zero_snr=True, prediction_type="v_prediction", timestep_spacing="trailing",
                            beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012), dict(eta=0.3)),
@@ -305,6 +312,15 @@ def test_a_captured_sampling_loop_replays_exactly():
     assert torch.equal(captured, eager)
 
 
+def test_beta_sigmas_without_scipy_say_so_at_construction(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)
+    for cls in (od.EulerDiscreteScheduler, od.DPMSolverMultistepScheduler, od.UniPCMultistepScheduler):
+        with pytest.raises(ImportError, match="use_beta_sigmas needs scipy"):
+            cls(use_beta_sigmas=True)
+    od.EulerDiscreteScheduler(use_karras_sigmas=True)  # the others do not need it
+
+
 def test_bad_input_gets_clear_errors():
     sched = od.DDIMScheduler()
     x = torch.randn(2, 3, 4, 4)
@@ -328,10 +344,12 @@ def test_bad_input_gets_clear_errors():
         sched.set_timesteps(0)
     with pytest.raises(ValueError, match="prediction_type"):
         od.EulerDiscreteScheduler(prediction_type="noise")
-    with pytest.raises(NotImplementedError, match="use_beta_sigmas"):
-        od.EulerDiscreteScheduler.from_config({"use_beta_sigmas": True})
+    with pytest.raises(NotImplementedError, match="use_lu_lambdas"):
+        od.DPMSolverMultistepScheduler.from_config({"use_lu_lambdas": True})
     with pytest.raises(ValueError, match="exclusive"):
         od.DPMSolverMultistepScheduler(use_karras_sigmas=True, use_exponential_sigmas=True)
+    with pytest.raises(ValueError, match="exclusive"):
+        od.EulerDiscreteScheduler(use_beta_sigmas=True, use_karras_sigmas=True)
     with pytest.raises(NotImplementedError, match="solver_order"):
         od.DPMSolverMultistepScheduler.from_config({"solver_order": 1})
     with pytest.raises(NotImplementedError, match="solver_order=3 with algorithm_type='sde-dpmsolver\+\+'"):

@@ -126,14 +126,38 @@ def _exponential_sigmas(in_sigmas: np.ndarray, steps: int, sigma_min: float | No
     return sigmas
 
 
+def _scipy_stats() -> Any:
+    """scipy.stats, which beta sigmas need (as in diffusers), or ImportError saying so."""
+    try:
+        import scipy.stats
+    except ImportError as error:
+        raise ImportError("use_beta_sigmas needs scipy, as in diffusers: pip install scipy") from error
+    return scipy.stats
+
+
+def _beta_sigmas(in_sigmas: np.ndarray, steps: int, sigma_min: float | None, sigma_max: float | None) -> np.ndarray:
+    """Sigmas at the quantiles of a Beta(0.6, 0.6) distribution between sigma_max and
+    sigma_min, as diffusers' ``_convert_to_beta`` (which also needs scipy)."""
+    scipy_stats = _scipy_stats()
+    lo = sigma_min if sigma_min is not None else in_sigmas[-1].item()
+    hi = sigma_max if sigma_max is not None else in_sigmas[0].item()
+    ppf = np.array([scipy_stats.beta.ppf(q, 0.6, 0.6) for q in 1 - np.linspace(0, 1, steps)])
+    sigmas: np.ndarray = lo + ppf * (hi - lo)
+    return sigmas
+
+
 # The sigma schedules a config may ask for instead of the training schedule's own sigmas.
-_SIGMA_SCHEDULES = {"karras": _karras_sigmas, "exponential": _exponential_sigmas}
+_SIGMA_SCHEDULES = {"karras": _karras_sigmas, "exponential": _exponential_sigmas, "beta": _beta_sigmas}
 
 
-def _sigma_schedule(use_karras_sigmas: bool | None, use_exponential_sigmas: bool | None) -> str | None:
-    chosen = [name for name, on in (("karras", use_karras_sigmas), ("exponential", use_exponential_sigmas)) if on]
+def _sigma_schedule(use_karras_sigmas: bool | None, use_exponential_sigmas: bool | None,
+                    use_beta_sigmas: bool | None) -> str | None:
+    chosen = [name for name, on in (("karras", use_karras_sigmas), ("exponential", use_exponential_sigmas),
+                                    ("beta", use_beta_sigmas)) if on]
     if len(chosen) > 1:
-        raise ValueError("use_karras_sigmas and use_exponential_sigmas are exclusive: choose one")
+        raise ValueError("use_karras_sigmas, use_exponential_sigmas and use_beta_sigmas are exclusive: choose one")
+    if chosen == ["beta"]:
+        _scipy_stats()  # needed: said at construction, not at set_timesteps
     return chosen[0] if chosen else None
 
 
@@ -444,23 +468,22 @@ class EulerDiscreteScheduler(_SigmaScheduler):
 
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
-    interpolation_type linear; use_karras_sigmas or use_exponential_sigmas (with sigma_min /
-    sigma_max); final_sigmas_type zero / sigma_min; rescale_betas_zero_snr; s_churn = 0 (the
-    default). Not: beta sigmas.
+    interpolation_type linear; use_karras_sigmas, use_exponential_sigmas or use_beta_sigmas
+    (with sigma_min / sigma_max; beta sigmas need scipy); final_sigmas_type zero / sigma_min;
+    rescale_betas_zero_snr; s_churn = 0 (the default).
     """
 
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
-        "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "sigma_min", "sigma_max", "final_sigmas_type",
-        "rescale_betas_zero_snr")
-    _unsupported = {"use_beta_sigmas": {False, None}, "interpolation_type": {"linear"}, "trained_betas": {None},
-                    "timestep_type": {"discrete"}}
+        "steps_offset", "use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "sigma_min", "sigma_max",
+        "final_sigmas_type", "rescale_betas_zero_snr")
+    _unsupported = {"interpolation_type": {"linear"}, "trained_betas": {None}, "timestep_type": {"discrete"}}
 
     def __init__(self, num_train_timesteps: int = 1000, beta_start: float = 0.0001, beta_end: float = 0.02,
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, use_karras_sigmas: bool | None = False,
-                 use_exponential_sigmas: bool | None = False, sigma_min: float | None = None,
-                 sigma_max: float | None = None, final_sigmas_type: str = "zero",
+                 use_exponential_sigmas: bool | None = False, use_beta_sigmas: bool | None = False,
+                 sigma_min: float | None = None, sigma_max: float | None = None, final_sigmas_type: str = "zero",
                  rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, prediction_type)
         if final_sigmas_type not in ("zero", "sigma_min"):
@@ -469,7 +492,7 @@ class EulerDiscreteScheduler(_SigmaScheduler):
                                    bool(rescale_betas_zero_snr))
         self._train_sigmas = (((1 - ac) / ac) ** 0.5).numpy()  # torch's float32 pow, as diffusers
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
-        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
+        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas)
         self.sigma_min, self.sigma_max, self.final_sigmas_type = sigma_min, sigma_max, final_sigmas_type
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
@@ -620,20 +643,19 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min; use_karras_sigmas
-    ("DPM++ 2M Karras") or use_exponential_sigmas. A sample's first step is first order; its
-    later steps need the history of its previous step (steps must follow each other:
+    ("DPM++ 2M Karras"), use_exponential_sigmas or use_beta_sigmas (scipy). A sample's first
+    step is first order; its later steps need the history of its previous step (steps must follow each other:
     ``validate`` checks it, and tells a repeated timestep's steps apart by it); solver_order 3
-    ("DPM++ 3M", dpmsolver++ only: each sample's last two x0 kept). Not: lu / beta / flow
-    sigmas, thresholding, sde-dpmsolver (without ++), order 1, heun, custom timesteps.
+    ("DPM++ 3M", dpmsolver++ only: each sample's last two x0 kept). Not: lu / flow sigmas, thresholding, sde-dpmsolver (without ++), order 1, heun, custom timesteps.
     """
 
     _config_keys: Tuple[str, ...] = (
         "num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type", "timestep_spacing",
         "steps_offset", "lower_order_final", "euler_at_final", "final_sigmas_type", "use_karras_sigmas",
-        "use_exponential_sigmas", "rescale_betas_zero_snr", "algorithm_type", "solver_order")
+        "use_exponential_sigmas", "use_beta_sigmas", "rescale_betas_zero_snr", "algorithm_type", "solver_order")
     _unsupported = {"algorithm_type": {"dpmsolver++", "sde-dpmsolver++"}, "solver_order": {2, 3},
                     "solver_type": {"midpoint"},
-                    "thresholding": {False}, "use_lu_lambdas": {False, None}, "use_beta_sigmas": {False, None},
+                    "thresholding": {False}, "use_lu_lambdas": {False, None},
                     "use_flow_sigmas": {False, None}, "variance_type": {None}, "trained_betas": {None},
                     "lambda_min_clipped": {-float("inf")}}
 
@@ -641,8 +663,8 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, euler_at_final: bool = False,
                  final_sigmas_type: str = "zero", use_karras_sigmas: bool | None = False,
-                 use_exponential_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False,
-                 algorithm_type: str = "dpmsolver++", solver_order: int = 2):
+                 use_exponential_sigmas: bool | None = False, use_beta_sigmas: bool | None = False,
+                 rescale_betas_zero_snr: bool = False, algorithm_type: str = "dpmsolver++", solver_order: int = 2):
         super().__init__(num_train_timesteps, prediction_type)
         if solver_order not in (2, 3) or (solver_order == 3 and algorithm_type != "dpmsolver++"):
             raise NotImplementedError(f"solver_order={solver_order!r} with algorithm_type={algorithm_type!r} is not "
@@ -658,7 +680,7 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
         self._ac = _sigma_alphas_cumprod(self.num_train_timesteps, beta_schedule, beta_start, beta_end,
                                          bool(rescale_betas_zero_snr))
         self.beta_schedule = beta_schedule
-        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas)
+        self.sigma_schedule = _sigma_schedule(use_karras_sigmas, use_exponential_sigmas, use_beta_sigmas)
         self.timestep_spacing, self.steps_offset = timestep_spacing, int(steps_offset)
         self.lower_order_final, self.euler_at_final = bool(lower_order_final), bool(euler_at_final)
         self.final_sigmas_type = final_sigmas_type
@@ -750,16 +772,17 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     lower_order_final (without it, a final sigma of 0 makes the last order-2 step divide by
-    zero, in diffusers too); final_sigmas_type zero / sigma_min; use_karras_sigmas or
-    use_exponential_sigmas. Steps must follow each other from a sample's step 0. Not: bh1,
-    orders other than 2, disable_corrector, solver_p, beta / flow sigmas, thresholding.
+    zero, in diffusers too); final_sigmas_type zero / sigma_min; use_karras_sigmas,
+    use_exponential_sigmas or use_beta_sigmas (scipy). Steps must follow each other from a
+    sample's step 0. Not: bh1, orders other than 2, disable_corrector, solver_p, flow sigmas,
+    thresholding.
     """
 
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final", "final_sigmas_type", "use_karras_sigmas",
-                    "use_exponential_sigmas", "rescale_betas_zero_snr")
+                    "use_exponential_sigmas", "use_beta_sigmas", "rescale_betas_zero_snr")
     _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
-                    "solver_p": {None}, "thresholding": {False}, "use_beta_sigmas": {False, None},
+                    "solver_p": {None}, "thresholding": {False},
                     "use_flow_sigmas": {False, None}, "trained_betas": {None}, "use_dynamic_shifting": {False}}
 
     @classmethod
@@ -772,11 +795,11 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, final_sigmas_type: str = "zero",
                  use_karras_sigmas: bool | None = False, use_exponential_sigmas: bool | None = False,
-                 rescale_betas_zero_snr: bool = False):
+                 use_beta_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False):
         super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
                          steps_offset, lower_order_final=lower_order_final, final_sigmas_type=final_sigmas_type,
                          use_karras_sigmas=use_karras_sigmas, use_exponential_sigmas=use_exponential_sigmas,
-                         rescale_betas_zero_snr=rescale_betas_zero_snr)
+                         use_beta_sigmas=use_beta_sigmas, rescale_betas_zero_snr=rescale_betas_zero_snr)
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
         row = super().sampler_row(num_inference_steps)
