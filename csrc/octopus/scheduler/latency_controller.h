@@ -6,8 +6,9 @@
 // work in whole units, two in flight, every SM, never paused) to the most protective (SMs
 // kept free of BE work, short slices, one in flight, BE paused while LC work is held or
 // waiting). The controller climbs when an LC kind has spent its error budget (a p99 target
-// allows 1% of its jobs over it) and steps down when it has slack; a step down that had to be undone is retried only after a wait
-// that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
+// allows 1% of its jobs over it) and steps down when it has slack; a step down that had to
+// be undone is retried only after a wait that doubles each time (so it settles instead of
+// oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
 // latency). Until a kind has enough alone samples the controller asks for a probe (BE
 // paused and drained for a short window, at most one per probe_interval_s), then for

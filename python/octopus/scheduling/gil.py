@@ -43,9 +43,10 @@ def lower_switch_interval(seconds: float) -> int:
     with _lock:
         if not _open:
             _interpreter_interval = sys.getswitchinterval()
+        assert _interpreter_interval is not None
         token = next(_tokens)
         _open[token] = value
-        sys.setswitchinterval(min(_interpreter_interval or value, min(_open.values())))
+        sys.setswitchinterval(min(_interpreter_interval, min(_open.values())))
     return token
 
 

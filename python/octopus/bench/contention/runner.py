@@ -2,8 +2,9 @@
 a thread of its own on its fixed open-loop schedule (job k of an LC job arrives at
 ``start + phase + k * period``; its latency runs from that arrival to its work's completion,
 so a job that starts late because the one before overran is counted from when it should
-have started; the part of it before the job's thread runs again is kept as well). Measured over a window after a warm-up: each LC job's latencies, each BE
-job's products per second, and the GPU's SM clock and power (NVML)."""
+have started; the part of it before the job's thread runs again is kept as well). Measured
+over a window after a warm-up: each LC job's latencies, each BE job's products per second,
+and the GPU's SM clock and power (NVML)."""
 
 from __future__ import annotations
 
