@@ -45,6 +45,10 @@ batching has little to win (``single``: a quarter as many requests, every one of
 shape, DDIM, the most steps). Raw JSON
 and a latency-vs-throughput plot go to ``--out``. With the defaults the run takes about 6
 minutes on an H100.
+
+``--pipeline sd`` (or ``tiny``) runs text-to-image serving end to end instead, prompts in and
+images out, through a Stable Diffusion pipeline of random weights: see
+:mod:`octopus.bench.serving.pipeline`.
 """
 
 from .cli import main

@@ -22,6 +22,8 @@ from .measure import high_p99_over_unloaded, summarize
 from .octopus_server import OctopusServer, unloaded_latencies
 from .peers import derived_serial, prepare_peer_graphs, run_serial, run_static, run_step_level
 from .report import format_table, plot
+from .pipeline import PIPELINE_MODES, format_pipeline_table
+from .pipeline import run as run_pipeline
 from .workload import MODELS, MODES, SAMPLERS, SHAPES, make_model, make_workload
 
 
@@ -146,13 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     from octopus.bench import serving  # the package's docstring describes the benchmark
     p = argparse.ArgumentParser(prog="python -m octopus.bench.serving", description=serving.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--pipeline", default=None, choices=("sd", "tiny"),
+                   help="serve text-to-image end to end instead (prompts in, images out) with a random-weight "
+                        "Stable Diffusion pipeline of these shapes; its modes: " + ", ".join(PIPELINE_MODES))
+    p.add_argument("--requests", type=int, default=None, help="default: 256 (latents), 48 (--pipeline)")
     p.add_argument("--shapes", nargs="+", default=["x".join(map(str, s)) for s in SHAPES], metavar="CxHxW",
                    help="latent shapes, drawn in equal shares (default: 4x32x32 4x64x64 4x96x96)")
-    p.add_argument("--steps", type=int, nargs=2, default=[10, 50], metavar=("MIN", "MAX"),
-                   help="steps per request, drawn uniformly")
+    p.add_argument("--steps", type=int, nargs=2, default=None, metavar=("MIN", "MAX"),
+                   help="steps per request, drawn uniformly (default: 10 50; --pipeline: 10 30)")
     p.add_argument("--rates", type=float, nargs="+", default=[24.0, 64.0, 160.0], help="arrivals per second")
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--modes", nargs="+", default=None, choices=list(MODES) + ["pipeline"],
+                   help="default: every mode of the benchmark run")
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--static-wait", type=float, default=0.05, help="(b): seconds a batch waits to fill")
     p.add_argument("--priority-batch", type=int, default=8,
@@ -177,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    pipeline = args.pipeline is not None
+    args.requests = args.requests if args.requests is not None else (48 if pipeline else 256)
+    args.steps = args.steps or ([10, 30] if pipeline else [10, 50])
+    args.modes = args.modes or list(PIPELINE_MODES if pipeline else MODES)
+    wrong = [m for m in args.modes if m not in (PIPELINE_MODES if pipeline else MODES)]
+    if wrong:
+        parser.error(f"--modes {' '.join(wrong)} {'are' if len(wrong) > 1 else 'is'} not a mode of this run; "
+                     f"its modes: {' '.join(PIPELINE_MODES if pipeline else MODES)}")
     if (args.requests < 1 or args.max_batch < 1 or args.max_in_flight < 1 or any(r <= 0 for r in args.rates)
             or not 0 <= args.high_share <= 1):
         parser.error("--requests, --max-batch and --max-in-flight must be positive, --rates positive, "
@@ -189,6 +203,8 @@ def main(argv=None) -> int:
         parser.error(f"--steps must be 1 <= MIN <= MAX, got {args.steps}")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() and octopus.built_with_cuda else "cpu"
+    if pipeline:
+        return _main_pipeline(args)
     if args.model is None:
         args.model = "realistic" if args.device.startswith("cuda") else "tiny"
     if torch.device(args.device).type == "cpu":
@@ -206,5 +222,20 @@ def main(argv=None) -> int:
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(format_table(result))
+    print(f"\nraw measurements: {path}")
+    return 0
+
+
+def _main_pipeline(args) -> int:
+    """``--pipeline``: text-to-image end to end (pipeline.py)."""
+    if torch.device(args.device).type == "cpu":
+        print("No GPU in use: a CPU smoke run (times are CPU times, not the GPU benchmark; no CUDA graphs).",
+              file=sys.stderr)
+    os.makedirs(args.out, exist_ok=True)
+    result = run_pipeline(args)
+    path = os.path.join(args.out, "serving_pipeline.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(format_pipeline_table(result))
     print(f"\nraw measurements: {path}")
     return 0

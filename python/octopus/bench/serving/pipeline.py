@@ -1,0 +1,358 @@
+"""``octopus-bench serving --pipeline NAME``: text-to-image serving end to end, prompts in and
+images out, three servers on one request trace.
+
+The pipeline: a diffusers ``StableDiffusionPipeline`` built from configs with random weights and
+a CLIP tokenizer over a small vocabulary written at the start (nothing downloaded). ``sd``: the
+shapes of Stable Diffusion 1.x (UNet of 320/640/1280/1280 channels with cross-attention to
+768-wide text embeddings, a 12-layer CLIP text encoder, the 4-level VAE); ``tiny``: a few
+million parameters, for a CPU smoke run. The run reports every component's parameter count.
+
+Requests (seeded): a prompt of random words, 512 or 768 px square (``sd``; ``tiny``: 32 or 64),
+``--steps`` steps, a sampler among DDIM, Euler, DPM-Solver++ 2M and UniPC, guidance 7.5,
+``--high-share`` of them high priority, output as numpy images (post-processing counted).
+
+Servers, by priority then arrival:
+
+* ``pipeline``: the pipeline called once per request, its scheduler swapped for the request's
+  (what a user writes today);
+* ``step-level-graphs``: continuous batching at step level, as serving systems do it: a request's
+  prompt is encoded when it joins, requests join and leave at any step, one classifier-free-
+  guided UNet call per latent size and batch (in CUDA graphs per size and batch, captured before
+  the run, on a GPU), one diffusers ``scheduler.step`` per request, and the requests that finish
+  together decoded in one VAE call per size (the strongest plain server; eager on a CPU);
+* ``octopus``: :class:`octopus.diffusion.PipelineServer` (CUDA graphs on a GPU).
+
+Each server runs the trace at saturation (every request arriving at once: images/s) and at 60%
+of octopus's saturated rate (latency p50 / p99, overall and high priority, from arrival to the
+image).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List
+
+import torch
+
+from octopus.diffusion.model_runner import CapturedCalls
+
+from ..report import environment
+from .measure import summarize
+from .peers import ArrivalLoop
+
+PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
+                     ("UniPCMultistepScheduler", {})]
+PIPELINE_SIZES = {"sd": (512, 768), "tiny": (32, 64)}
+PIPELINE_MODES = ("pipeline", "step-level-graphs", "octopus")
+_WORDS = ("a photo of red blue green small large old new cat dog house tree river city night day mountain "
+          "painting sketch portrait landscape bright dark").split()
+GUIDANCE = 7.5
+
+
+def _tokenizer(folder: str) -> Any:
+    """A CLIP tokenizer over single characters and the workload's words (nothing downloaded)."""
+    import transformers
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for token in [chr(c) for c in range(ord("a"), ord("z") + 1)] + list(_WORDS):
+        vocab.setdefault(token, len(vocab))
+        vocab.setdefault(token + "</w>", len(vocab))
+    with open(os.path.join(folder, "vocab.json"), "w") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(folder, "merges.txt"), "w") as f:
+        f.write("#version: 0.2\n")
+    return transformers.CLIPTokenizer(os.path.join(folder, "vocab.json"), os.path.join(folder, "merges.txt"),
+                                      model_max_length=77)
+
+
+def make_pipeline(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Dict[str, int]]:
+    """The pipeline of random weights, on ``device`` in ``dtype``, and its parameter counts."""
+    import diffusers
+    import transformers
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer = _tokenizer(folder)
+    torch.manual_seed(0)
+    if name == "sd":
+        text: Dict[str, Any] = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                    num_attention_heads=12)
+        unet_config: Dict[str, Any] = dict(sample_size=64, cross_attention_dim=768, attention_head_dim=8)
+        vae_config: Dict[str, Any] = dict(block_out_channels=(128, 256, 512, 512), layers_per_block=2,
+                                          down_block_types=("DownEncoderBlock2D",) * 4,
+                                          up_block_types=("UpDecoderBlock2D",) * 4, sample_size=512)
+    elif name == "tiny":
+        text = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
+        unet_config = dict(sample_size=8, block_out_channels=(16, 32), layers_per_block=1, norm_num_groups=8,
+                           down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                           up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
+                           attention_head_dim=4)
+        vae_config = dict(block_out_channels=(8, 16, 16, 16), layers_per_block=1, norm_num_groups=4,
+                          down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
+    else:
+        raise ValueError(f"no pipeline {name!r}: 'sd' or 'tiny'")
+    with torch.device(device):  # weights made where they run
+        text_encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(
+            vocab_size=len(tokenizer.get_vocab()), max_position_embeddings=77, **text))
+        unet = diffusers.UNet2DConditionModel(in_channels=4, out_channels=4, **unet_config)
+        vae = diffusers.AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, **vae_config)
+    scheduler = diffusers.DDIMScheduler(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012,
+                                        clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    pipe = diffusers.StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                                             scheduler=scheduler, safety_checker=None, feature_extractor=None,
+                                             requires_safety_checker=False)
+    pipe = pipe.to(device=device, dtype=dtype)
+    pipe.set_progress_bar_config(disable=True)
+    counts = {part: sum(p.numel() for p in getattr(pipe, part).parameters()) for part in ("unet", "text_encoder", "vae")}
+    return pipe, counts
+
+
+def make_pipeline_workload(n: int, seed: int, high_share: float, sizes: tuple, steps: tuple) -> List[dict]:
+    """n requests, all arriving at 0 (the runs scale the arrivals): prompt, size, sampler,
+    steps, priority, seed; the gaps of a Poisson process of rate 1 in ``gap``."""
+    g = torch.Generator().manual_seed(seed)
+    gaps = torch.empty(n, dtype=torch.float64).exponential_(1.0, generator=g)
+    arrivals = (torch.cumsum(gaps, 0) - gaps[0]).tolist()
+    out = []
+    for i in range(n):
+        words = [_WORDS[int(j)] for j in torch.randint(len(_WORDS), (6,), generator=g)]
+        name, config = PIPELINE_SAMPLERS[int(torch.randint(len(PIPELINE_SAMPLERS), (1,), generator=g))]
+        size = sizes[int(torch.randint(len(sizes), (1,), generator=g))]
+        out.append(dict(id=i, unit_arrival=arrivals[i], arrival=0.0, prompt=" ".join(words), size=size,
+                        scheduler=name, config=config, seed=20_000 + i,
+                        steps=int(torch.randint(steps[0], steps[1] + 1, (1,), generator=g)),
+                        high=bool(torch.rand((), generator=g) < high_share)))
+    return out
+
+
+def at_rate(workload: List[dict], rate: float) -> List[dict]:
+    """The trace with its Poisson arrivals at ``rate`` requests per second (inf: all at once)."""
+    return [dict(r, arrival=0.0 if rate == float("inf") else r["unit_arrival"] / rate) for r in workload]
+
+
+def _scheduler(pipe: Any, spec: dict) -> Any:
+    import diffusers
+    return getattr(diffusers, spec["scheduler"]).from_config(pipe.scheduler.config, **spec["config"])
+
+
+def _finished(completions: dict, ids: List[int], loop: ArrivalLoop, device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    now = loop.now()
+    for i in ids:
+        completions[i] = now
+
+
+@torch.no_grad()
+def run_pipeline_alone(pipe: Any, workload: List[dict], device: torch.device, timeout: float) -> dict:
+    """``pipeline``: one request at a time through the pipeline."""
+    loop, base = ArrivalLoop(workload, timeout), pipe.scheduler
+    completions: Dict[int, float] = {}
+    try:
+        while not loop.done() and not loop.expired():
+            loop.idle_until_arrival()
+            spec = loop.waiting.pop(0)
+            pipe.scheduler = _scheduler(pipe, spec)
+            pipe(spec["prompt"], height=spec["size"], width=spec["size"], num_inference_steps=spec["steps"],
+                 guidance_scale=GUIDANCE, generator=torch.Generator().manual_seed(spec["seed"]), output_type="np")
+            _finished(completions, [spec["id"]], loop, device)
+            loop.arrived()
+    finally:
+        pipe.scheduler = base
+    return dict(completions=completions)
+
+
+class GuidedRequest:
+    """One request of the step-level server: its prompt encoded, its latents and scheduler as
+    the pipeline prepares them."""
+
+    def __init__(self, pipe: Any, spec: dict, device: torch.device):
+        self.spec = spec
+        self.scheduler = _scheduler(pipe, spec)
+        self.scheduler.set_timesteps(spec["steps"], device=device)
+        self.timesteps = list(self.scheduler.timesteps)
+        embeds, negative = pipe.encode_prompt(spec["prompt"], device, 1, True)
+        self.conditioning = torch.cat([negative, embeds])  # unconditional first, as the pipeline
+        side = spec["size"] // pipe.vae_scale_factor
+        g = torch.Generator().manual_seed(spec["seed"])
+        x = torch.randn((1, pipe.unet.config.in_channels, side, side), generator=g, dtype=pipe.unet.dtype)
+        self.x = x.to(device) * self.scheduler.init_noise_sigma
+        self.k = 0
+
+    @property
+    def t(self) -> torch.Tensor:
+        return self.timesteps[self.k]
+
+    def model_input(self) -> torch.Tensor:
+        return self.scheduler.scale_model_input(torch.cat([self.x, self.x]), self.t)
+
+    def step(self, noise: torch.Tensor) -> bool:
+        """Guidance and one scheduler step from the UNet's two outputs; True when done."""
+        uncond, cond = noise.chunk(2)
+        guided = uncond + GUIDANCE * (cond - uncond)
+        self.x = self.scheduler.step(guided, self.t, self.x, return_dict=False)[0]
+        self.k += 1
+        return self.k == len(self.timesteps)
+
+
+def _decode(pipe: Any, members: List[GuidedRequest]) -> Any:
+    """One VAE call for requests of one size that finished together, post-processed as the
+    pipeline does."""
+    x = torch.cat([m.x for m in members]) / pipe.vae.config.scaling_factor
+    image = pipe.vae.decode(x.to(pipe.vae.dtype), return_dict=False)[0]
+    return pipe.image_processor.postprocess(image, output_type="np", do_denormalize=[True] * len(members))
+
+
+@torch.no_grad()
+def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeout: float, max_batch: int,
+                   graphs: CapturedCalls | None, keep_images: bool = False) -> dict:
+    """``step-level-graphs``: see the module's docstring. ``keep_images``: the result's
+    ``images`` holds each request's image (to check the server against the pipeline)."""
+    loop = ArrivalLoop(workload, timeout)
+    completions: Dict[int, float] = {}
+    images: Dict[int, Any] = {}
+    active: List[GuidedRequest] = []
+    model = graphs if graphs is not None else (lambda x, t, kwargs: pipe.unet(x, t, **kwargs).sample)
+    while not loop.done() or active:
+        if loop.expired():
+            break
+        if not active:
+            loop.idle_until_arrival()
+        while loop.waiting and len(active) < max_batch:
+            active.append(GuidedRequest(pipe, loop.waiting.pop(0), device))
+        groups: Dict[int, List[GuidedRequest]] = {}
+        for m in active:
+            groups.setdefault(m.spec["size"], []).append(m)
+        finished: List[GuidedRequest] = []
+        for members in groups.values():
+            x = torch.cat([m.model_input() for m in members])
+            t = torch.cat([torch.stack([m.t, m.t]) for m in members]).to(device=device, dtype=torch.float32)
+            states = torch.cat([m.conditioning for m in members])
+            noise = model(x, t, {"encoder_hidden_states": states})
+            done = [m for j, m in enumerate(members) if m.step(noise[2 * j:2 * j + 2])]
+            if done:
+                decoded = _decode(pipe, done)
+                if keep_images:
+                    images.update((m.spec["id"], decoded[j]) for j, m in enumerate(done))
+                finished += done
+        if finished:
+            _finished(completions, [m.spec["id"] for m in finished], loop, device)
+            active = [m for m in active if m not in finished]
+        loop.arrived()
+    return dict(completions=completions, images=images) if keep_images else dict(completions=completions)
+
+
+def prepare_step_level_graphs(pipe: Any, graphs: CapturedCalls, sizes: tuple, max_batch: int,
+                              device: torch.device) -> None:
+    """Captures the step-level server's UNet graphs for every size and batch before it is
+    measured (a key's first call runs eagerly, its second is captured)."""
+    seq, width = pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size
+    for size in sizes:
+        side = size // pipe.vae_scale_factor
+        for n in range(1, max_batch + 1):
+            x = torch.zeros((2 * n, pipe.unet.config.in_channels, side, side), device=device, dtype=pipe.unet.dtype)
+            t = torch.full((2 * n,), 500.0, device=device)
+            states = torch.zeros((2 * n, seq, width), device=device, dtype=pipe.unet.dtype)
+            for _ in range(2):
+                graphs(x, t, {"encoder_hidden_states": states})
+    torch.cuda.synchronize(device)
+
+
+def run_octopus(server: Any, workload: List[dict], timeout: float) -> dict:
+    """``octopus``: each request submitted to the PipelineServer at its arrival; completed when
+    its image is ready."""
+    start = time.perf_counter()
+    completions: Dict[int, float] = {}
+    lock = threading.Lock()
+    futures = []
+    for spec in sorted(workload, key=lambda r: r["arrival"]):
+        time.sleep(max(0.0, spec["arrival"] - (time.perf_counter() - start)))
+        future = server.submit(spec["prompt"], guidance_scale=GUIDANCE, num_inference_steps=spec["steps"],
+                               height=spec["size"], width=spec["size"], seed=spec["seed"],
+                               scheduler=spec["scheduler"], scheduler_config=spec["config"] or None,
+                               priority="high" if spec["high"] else "normal", output_type="np")
+
+        def done(f: concurrent.futures.Future, i: int = spec["id"]) -> None:
+            if f.exception() is None:
+                with lock:
+                    completions[i] = time.perf_counter() - start
+        future.add_done_callback(done)
+        futures.append(future)
+    concurrent.futures.wait(futures, timeout=max(0.0, timeout - (time.perf_counter() - start)))
+    with lock:
+        return dict(completions=dict(completions))
+
+
+def run(args: Any) -> dict:
+    """Every server at saturation, then at 60% of octopus's saturated rate."""
+    from octopus.diffusion import PipelineServer
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    dtype = torch.float16 if cuda else torch.float32
+    pipe, parameters = make_pipeline(args.pipeline, device, dtype)
+    sizes = PIPELINE_SIZES[args.pipeline]
+    trace = make_pipeline_workload(args.requests, args.seed, args.high_share, sizes, tuple(args.steps))
+    graphs = None
+    if cuda and "step-level-graphs" in args.modes:
+        print("warm-up: step-level-graphs (capturing CUDA graphs)", file=sys.stderr)
+        graphs = CapturedCalls(lambda x, t, **kw: pipe.unet(x, t, **kw).sample, 2 * args.max_batch * len(sizes),
+                               device)
+        prepare_step_level_graphs(pipe, graphs, sizes, args.max_batch, device)
+    server = PipelineServer(pipe, max_batch=args.max_batch, cuda_graphs=cuda) if "octopus" in args.modes else None
+    runners = {"pipeline": lambda w: run_pipeline_alone(pipe, w, device, args.run_timeout),
+               "step-level-graphs": lambda w: run_step_level(pipe, w, device, args.run_timeout, args.max_batch,
+                                                             graphs),
+               "octopus": lambda w: run_octopus(server, w, args.run_timeout)}
+    rows: List[dict] = []
+    try:
+        if server is not None:  # its graphs captured before it is measured, as the step-level server's
+            print("warm-up: octopus" + (" (capturing CUDA graphs)" if cuda else ""), file=sys.stderr)
+            if cuda:
+                states = torch.zeros((pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size),
+                                     device=device, dtype=dtype)
+                server.sampler.prepare_graphs(
+                    [(pipe.unet.config.in_channels, s // pipe.vae_scale_factor, s // pipe.vae_scale_factor)
+                     for s in sizes], [2 * n for n in range(1, args.max_batch + 1)],  # guided: two rows a sample
+                    conditioning={"encoder_hidden_states": states})
+            run_octopus(server, at_rate(trace[:min(len(trace), args.max_batch)], float("inf")), args.run_timeout)
+        saturated: Dict[str, float] = {}
+        for load, rate_of in (("saturation", lambda: float("inf")),
+                              ("60% of octopus's saturated rate", lambda: 0.6 * saturated.get("octopus", 0.0))):
+            rate = rate_of()
+            if not rate > 0:
+                break
+            workload = at_rate(trace, rate)
+            for mode in args.modes:
+                print(f"{load}: {mode}", file=sys.stderr)
+                wall = time.perf_counter()
+                raw = runners[mode](workload)
+                row = summarize(workload, raw["completions"])
+                row.update(mode=mode, load=load, rate=None if rate == float("inf") else rate,
+                           wall_s=time.perf_counter() - wall, truncated=row["completed"] < len(workload))
+                if load == "saturation" and row["throughput"]:
+                    saturated[mode] = row["throughput"]
+                rows.append(row)
+    finally:
+        if server is not None:
+            server.close()
+    return dict(environment=environment(device), pipeline=dict(name=args.pipeline, parameters=parameters,
+                                                               dtype=str(dtype), sizes=list(sizes)),
+                settings={k: v for k, v in vars(args).items() if k != "out"}, rows=rows)
+
+
+def format_pipeline_table(result: dict) -> str:
+    counts = ", ".join(f"{k} {v / 1e6:.1f}M" for k, v in result["pipeline"]["parameters"].items())
+    lines = [f"pipeline {result['pipeline']['name']} ({counts} parameters)",
+             f"{'mode':<20} {'load':<32} {'images/s':>9} {'p50 s':>8} {'p99 s':>8} {'high p99':>9} {'done':>7}"]
+
+    def fmt(value: Any, spec: str) -> str:
+        width = int(spec.split(".")[0])
+        return format(value, spec) if value is not None else "-".rjust(width)
+
+    for r in result["rows"]:
+        lines.append(f"{r['mode']:<20} {r['load']:<32} {fmt(r['throughput'], '9.2f')} {fmt(r['p50_s'], '8.3f')} "
+                     f"{fmt(r['p99_s'], '8.3f')} {fmt(r['high_p99_s'], '9.3f')} {r['completed']:>3}/{r['requests']}")
+    return "\n".join(lines)
