@@ -62,6 +62,16 @@ def test_verdicts_ratios_and_the_oracle():
     assert "1.5x:yes 3x:yes" in table
 
 
+def test_repeated_runs_say_how_often_each_mode_met_each_target():
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+            row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0}),   # meets both, BE 90%
+            row("ctl", "controller", {"a": [2.0] * 100}, {"x": 4.0}),   # 1.5x missed, BE 40%: neither
+            row("once", "peer", {"a": [1.2] * 100}, {"x": 9.0})]
+    report.summarize(rows)
+    assert report.format_repeats(rows).splitlines() == [
+        f"{'ctl':<58} met 1.5x in 1 of 2, 3x in 1 of 2 runs | BE min 40-90%"]
+
+
 def test_without_a_fixed_configuration_that_meets_the_target_the_oracle_is_the_closest():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 1.0}),
             row("fixed: p", "sweep", {"a": [1.0] * 90 + [9.0] * 10}, {"x": 1.0}),
@@ -71,10 +81,11 @@ def test_without_a_fixed_configuration_that_meets_the_target_the_oracle_is_the_c
 
 def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
-                              only=["target 1.5x", "priority"])
+                              only=["target 1.5x", "priority"], repeats=2)
     result = run_workload("mlp", torch.device("cpu"), args)
-    names = [m["name"] for m in result["modes"]]
-    assert names == ["LC alone", "BE alone", "priority streams", "octopus latency control, target 1.5x"]
+    names = [(m["name"], m["repeat"]) for m in result["modes"]]
+    assert names == [("LC alone", 0), ("BE alone", 0), ("priority streams", 0), ("priority streams", 1),
+                     ("octopus latency control, target 1.5x", 0), ("octopus latency control, target 1.5x", 1)]
     for m in result["modes"]:
         assert "error" not in m, m.get("error")
     controller = result["modes"][-1]

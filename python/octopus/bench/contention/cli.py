@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-dump", type=float, default=None, metavar="MS",
                    help="record every thread's Python stack when an LC job has run for more than MS ms "
                         "(a diagnostic: the dumps go to the raw JSON, the count to the table)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of every mode but the alone ones (the controller's outcome varies from run to run: "
+                        "the table then says in how many runs each mode met each target)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -50,18 +53,20 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
     runner = Runner(lc_jobs, be_jobs, device, args.warmup, args.measure, args.controller_warmup,
                     getattr(args, "stall_dump", None))
     rows: List[Dict[str, Any]] = []
+    repeats = getattr(args, "repeats", 1)
     for mode in modes(sweep=not args.no_sweep):
         if args.only and mode.kind != "alone" and not any(text in mode.name for text in args.only):
             continue
-        t0 = time.perf_counter()
-        try:
-            row = runner.run(mode)
-        except Exception as error:  # noqa: BLE001 (recorded: the other modes still run)
-            row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
-        row["seconds"] = time.perf_counter() - t0
-        rows.append(row)
-        summary = report.summarize(rows)
-        print(f"[{name}] " + report.format_table([row], summary["oracle"]), flush=True)
+        for repeat in range(1 if mode.kind == "alone" else repeats):
+            t0 = time.perf_counter()
+            try:
+                row = runner.run(mode)
+            except Exception as error:  # noqa: BLE001 (recorded: the other modes still run)
+                row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
+            row.update(seconds=time.perf_counter() - t0, repeat=repeat)
+            rows.append(row)
+            summary = report.summarize(rows)
+            print(f"[{name}] " + report.format_table([row], summary["oracle"]), flush=True)
     summary = report.summarize(rows)
     return dict(workload=name, lc_jobs={j.name: dict(period_ms=j.period_s * 1e3, graph=j.graph) for j in lc_jobs},
                 be_jobs={j.name: dict(units=j.units, unit=j.unit) for j in be_jobs}, modes=rows, **summary)
@@ -69,8 +74,9 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
-    if args.warmup < 0 or args.measure <= 0 or args.scale <= 0 or args.controller_warmup < 0:
-        parser().error("--warmup, --controller-warmup must be non-negative, --measure and --scale positive")
+    if args.warmup < 0 or args.measure <= 0 or args.scale <= 0 or args.controller_warmup < 0 or args.repeats < 1:
+        parser().error("--warmup, --controller-warmup must be non-negative, --measure and --scale positive, "
+                       "--repeats at least 1")
     has_cuda = torch.cuda.is_available() and octopus.built_with_cuda
     device = torch.device("cuda" if has_cuda else "cpu")
     overhead = [lease_overhead("simulated")]
@@ -99,6 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for w in workloads:
         print(f"\n{w['workload']}: LC jobs {w['lc_jobs']}, BE jobs {w['be_jobs']}")
         print(report.format_table(w["modes"], w["oracle"]))
+        if args.repeats > 1:
+            print(report.format_repeats(w["modes"]))
     for o in overhead:
         print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us")
     for c in checkpoints:
@@ -115,7 +123,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                                     be_share=report.BE_SHARE,
                                                                     attainment=report.ATTAINMENT),
                       warmup_s=args.warmup, controller_warmup_s=args.controller_warmup, measure_s=args.measure,
-                      scale=args.scale, switch_interval_s=args.switch_interval or switch_interval,
+                      scale=args.scale, repeats=args.repeats,
+                      switch_interval_s=args.switch_interval or switch_interval,
                       workloads=workloads, lease_overhead=overhead, checkpoint=checkpoints, batcher=batching,
                       gil_wakeup=wakeups)
         with open(args.json, "w") as f:

@@ -80,3 +80,20 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
                      f"{clock} {meets}".rstrip() + stalls)
     return "\n".join(lines)
+
+
+def format_repeats(rows: List[Dict[str, Any]]) -> str:
+    """Per mode run more than once: in how many of its runs it met each target, and the range
+    of its minimum BE share."""
+    by_mode: Dict[str, List[Dict[str, Any]]] = {}
+    for r in rows:
+        if "meets" in r:
+            by_mode.setdefault(r["name"], []).append(r)
+    lines = []
+    for name, runs in by_mode.items():
+        if len(runs) < 2:
+            continue
+        met = ", ".join(f"{t} in {sum(r['meets'][t] for r in runs)} of {len(runs)}" for t in runs[0]["meets"])
+        shares = [r["be_share_min"] for r in runs]
+        lines.append(f"{name:<58} met {met} runs | BE min {100 * min(shares):.0f}-{100 * max(shares):.0f}%")
+    return "\n".join(lines)
