@@ -218,10 +218,14 @@ def main(argv=None) -> int:
             result["plot"] = plot(result, args.out)
         except ImportError:
             print("(no plot: matplotlib is not installed)", file=sys.stderr)
-    path = os.path.join(args.out, "serving.json")
+    return _write(result, os.path.join(args.out, "serving.json"), format_table(result))
+
+
+def _write(result: dict, path: str, table: str) -> int:
+    """The raw JSON to ``path``, the table to stdout."""
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
-    print(format_table(result))
+    print(table)
     print(f"\nraw measurements: {path}")
     return 0
 
@@ -233,9 +237,4 @@ def _main_pipeline(args) -> int:
               file=sys.stderr)
     os.makedirs(args.out, exist_ok=True)
     result = run_pipeline(args)
-    path = os.path.join(args.out, "serving_pipeline.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    print(format_pipeline_table(result))
-    print(f"\nraw measurements: {path}")
-    return 0
+    return _write(result, os.path.join(args.out, "serving_pipeline.json"), format_pipeline_table(result))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import torch
 
@@ -90,6 +90,18 @@ class ArrivalLoop:
     def done(self) -> bool:
         return not self.pending and not self.waiting
 
+    def admit(self, active: list, max_batch: int, make: Callable[[dict], Any]) -> bool:
+        """One turn of a continuous-batching server: False when it should stop (everything
+        served, or the run timed out); else, idle, it waits for an arrival, then moves waiting
+        requests (made by ``make``) into ``active`` up to ``max_batch``."""
+        if (self.done() and not active) or self.expired():
+            return False
+        if not active:
+            self.idle_until_arrival()
+        while self.waiting and len(active) < max_batch:
+            active.append(make(self.waiting.pop(0)))
+        return True
+
 
 def _finish(completions: dict, members: list, loop: ArrivalLoop, device: torch.device) -> None:
     if device.type == "cuda":
@@ -172,13 +184,7 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int,
     loop, clock = ArrivalLoop(workload, timeout), IterationClock(device)
     completions: Dict[int, float] = {}
     active: List[Any] = []
-    while not loop.done() or active:
-        if loop.expired():
-            break
-        if not active:
-            loop.idle_until_arrival()
-        while loop.waiting and len(active) < max_batch:
-            active.append(DiffusersRequest(loop.waiting.pop(0), device, dtype))
+    while loop.admit(active, max_batch, lambda spec: DiffusersRequest(spec, device, dtype)):
         active = _iterate(model, active, device, clock, completions, loop, graphs)
         loop.arrived()
     return dict(completions=completions, iterations=clock.summary())

@@ -222,13 +222,7 @@ def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeou
     images: Dict[int, Any] = {}
     active: List[GuidedRequest] = []
     model = graphs if graphs is not None else (lambda x, t, kwargs: pipe.unet(x, t, **kwargs).sample)
-    while not loop.done() or active:
-        if loop.expired():
-            break
-        if not active:
-            loop.idle_until_arrival()
-        while loop.waiting and len(active) < max_batch:
-            active.append(GuidedRequest(pipe, loop.waiting.pop(0), device))
+    while loop.admit(active, max_batch, lambda spec: GuidedRequest(pipe, spec, device)):
         groups: Dict[int, List[GuidedRequest]] = {}
         for m in active:
             groups.setdefault(m.spec["size"], []).append(m)
