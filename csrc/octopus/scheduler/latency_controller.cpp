@@ -77,7 +77,10 @@ LatencyController::LatencyController(ControllerOptions options, std::vector<Cont
 
 LatencyController::Kind& LatencyController::kind(const std::string& name) {
   auto it = kinds_.find(name);
-  if (it == kinds_.end()) it = kinds_.emplace(name, Kind(options_.alone_window, options_.recent_window)).first;
+  if (it == kinds_.end()) {
+    it = kinds_.emplace(name, Kind(options_.alone_window, options_.recent_window)).first;
+    it->second.budget = options_.budget_cap;
+  }
   return it->second;
 }
 
@@ -130,7 +133,6 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     k.judged += 1;
     if (!over) k.within += 1;
     const bool severe = over && latency_s > options_.severe_ratio * *target;
-    if (k.judged == 1) k.budget = options_.budget_cap;  // its first judged job: a full budget
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
                                                               : 1.0 - options_.attainment));
     if (step_ == static_cast<int>(ladder_.size()) - 1) {

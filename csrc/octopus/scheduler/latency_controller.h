@@ -158,7 +158,7 @@ class LatencyController {
     // The alone p99 and median, recomputed as a sample joins `alone` (read at every sample).
     std::optional<double> alone_p99_s, alone_p50_s;
     detail::SampleWindow recent;
-    double budget = 0.0;  // set full when the kind gets a target (and after every climb)
+    double budget = 0.0;  // full when the kind is first seen, gets a target, and after every climb
     std::size_t samples = 0;
     std::size_t judged = 0;
     std::size_t within = 0;

@@ -92,6 +92,7 @@ class Runner:
     def _lc_thread(self, job: LCJob, launch: Callable[[], None], start: float, phase: float, stop: threading.Event,
                    out: List[tuple]) -> None:
         k = 0
+        watched = self.stall_dump_ms is not None  # by the stall watchdog
         while not stop.is_set():
             arrival = start + phase + k * job.period_s
             k += 1
@@ -99,9 +100,11 @@ class Runner:
             if wait > 0:
                 time.sleep(wait)
             started = time.perf_counter()
-            self._running[threading.get_ident()] = (job.name, started)
+            if watched:
+                self._running[threading.get_ident()] = (job.name, started)
             launch()
-            del self._running[threading.get_ident()]
+            if watched:
+                del self._running[threading.get_ident()]
             out.append((arrival, started, time.perf_counter()))
 
     def _stall_watchdog(self, stop: threading.Event, dumps: List[Dict[str, Any]], limit: int = 20) -> None:

@@ -103,12 +103,13 @@ class ArrivalLoop:
         return True
 
 
-def _finish(completions: dict, members: list, loop: ArrivalLoop, device: torch.device) -> None:
+def finish(completions: dict, ids: list, loop: ArrivalLoop, device: torch.device) -> None:
+    """Requests ``ids`` completed now (once the device has done their work)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     now = loop.now()
-    for m in members:
-        completions[m.spec["id"]] = now
+    for i in ids:
+        completions[i] = now
 
 
 def _iterate(model, active: list, device, clock: IterationClock, completions: dict, loop: ArrivalLoop,
@@ -126,7 +127,7 @@ def _iterate(model, active: list, device, clock: IterationClock, completions: di
     clock.add(start, before, clock.mark(), len(active))
     if not finished:
         return active
-    _finish(completions, finished, loop, device)
+    finish(completions, [m.spec["id"] for m in finished], loop, device)
     return [m for m in active if m not in finished]
 
 
@@ -148,7 +149,7 @@ def run_serial(model, workload, device, dtype, timeout) -> dict:
             before = clock.mark()
             done = r.step(out)
             clock.add(start, before, clock.mark(), 1)
-        _finish(completions, [r], loop, device)
+        finish(completions, [spec["id"]], loop, device)
         service[spec["id"]] = completions[spec["id"]] - begin
         loop.arrived()
     return dict(completions=completions, iterations=clock.summary(), service_s=service)

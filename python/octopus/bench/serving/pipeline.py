@@ -50,7 +50,7 @@ from octopus.diffusion.model_runner import CapturedCalls
 
 from ..report import environment
 from .measure import summarize
-from .peers import ArrivalLoop
+from .peers import ArrivalLoop, finish
 
 PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
                      ("UniPCMultistepScheduler", {})]
@@ -144,14 +144,6 @@ def _scheduler(pipe: Any, spec: dict) -> Any:
     return getattr(diffusers, spec["scheduler"]).from_config(pipe.scheduler.config, **spec["config"])
 
 
-def _finished(completions: dict, ids: List[int], loop: ArrivalLoop, device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    now = loop.now()
-    for i in ids:
-        completions[i] = now
-
-
 @torch.no_grad()
 def run_pipeline_alone(pipe: Any, workload: List[dict], device: torch.device, timeout: float) -> dict:
     """``pipeline``: one request at a time through the pipeline."""
@@ -164,7 +156,7 @@ def run_pipeline_alone(pipe: Any, workload: List[dict], device: torch.device, ti
             pipe.scheduler = _scheduler(pipe, spec)
             pipe(spec["prompt"], height=spec["size"], width=spec["size"], num_inference_steps=spec["steps"],
                  guidance_scale=GUIDANCE, generator=torch.Generator().manual_seed(spec["seed"]), output_type="np")
-            _finished(completions, [spec["id"]], loop, device)
+            finish(completions, [spec["id"]], loop, device)
             loop.arrived()
     finally:
         pipe.scheduler = base
@@ -239,7 +231,7 @@ def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeou
                     images.update((m.spec["id"], decoded[j]) for j, m in enumerate(done))
                 finished += done
         if finished:
-            _finished(completions, [m.spec["id"] for m in finished], loop, device)
+            finish(completions, [m.spec["id"] for m in finished], loop, device)
             active = [m for m in active if m not in finished]
         loop.arrived()
     return dict(completions=completions, images=images) if keep_images else dict(completions=completions)
@@ -298,8 +290,7 @@ def run(args: Any) -> dict:
     graphs = None
     if cuda and "step-level-graphs" in args.modes:
         print("warm-up: step-level-graphs (capturing CUDA graphs)", file=sys.stderr)
-        graphs = CapturedCalls(lambda x, t, **kw: pipe.unet(x, t, **kw).sample, 2 * args.max_batch * len(sizes),
-                               device)
+        graphs = CapturedCalls(pipe.unet, 2 * args.max_batch * len(sizes), device)  # (its .sample taken)
         prepare_step_level_graphs(pipe, graphs, sizes, args.max_batch, device)
     print("warm-up: the pipeline, one short request per size", file=sys.stderr)
     for size in sizes:
