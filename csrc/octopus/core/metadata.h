@@ -42,4 +42,9 @@ at::Tensor metadata_for(Strategy strategy, const c10::optional<at::Tensor>& give
   }
 }
 
+// The plan, lookup_table and validate_layout ops' kernels (plan_op.cpp), registered in schemas.cpp.
+at::Tensor plan_cpu_op(const at::Tensor& offsets, int64_t num_values, int64_t block_elems);
+at::Tensor lookup_table_cpu_op(const at::Tensor& offsets, int64_t num_values);
+void validate_layout_op(const at::Tensor& offsets, const c10::optional<at::Tensor>& sizes, int64_t num_values);
+
 }  // namespace octopus

@@ -2,7 +2,6 @@
 // and layout validation (their schemas are in ops/schemas.cpp).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 #include "octopus/core/checks.h"
 #include "octopus/core/metadata.h"
@@ -45,8 +44,6 @@ void check_plan_args(const at::Tensor& offsets, int64_t num_values, int64_t bloc
   TORCH_CHECK_VALUE(block_elems != 0, "block_elems must be given explicitly to octopus.plan");
 }
 
-namespace {
-
 at::Tensor plan_cpu_op(const at::Tensor& offsets, int64_t num_values, int64_t block_elems) {
   check_plan_args(offsets, num_values, block_elems);
   validate_layout(offsets, at::Tensor(), num_values);
@@ -66,15 +63,5 @@ void validate_layout_op(const at::Tensor& offsets, const c10::optional<at::Tenso
   }
   validate_layout(offsets, sizes.value_or(at::Tensor()), num_values);
 }
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("plan", &plan_cpu_op);
-  m.impl("lookup_table", &lookup_table_cpu_op);
-}
-
-TORCH_LIBRARY_IMPL(octopus, CompositeExplicitAutograd, m) { m.impl("validate_layout", &validate_layout_op); }
 
 }  // namespace octopus

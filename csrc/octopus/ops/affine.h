@@ -1,5 +1,5 @@
 // octopus::affine: x * scale[item] + bias[item], the body of every backend's entry point
-// (affine.cpp registers the CPU's, affine.cu the CUDA's).
+// (schemas.cpp registers the CPU's, affine.cu the CUDA's).
 #pragma once
 
 #include <ATen/core/Tensor.h>

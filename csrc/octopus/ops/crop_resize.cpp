@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <vector>
 
@@ -104,6 +103,8 @@ class ColumnTaps {
   int64_t width_ = -1;
 };
 
+}  // namespace
+
 at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                            const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w, double scale,
                            const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
@@ -184,14 +185,6 @@ at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& va
     }
   });
   return result.to(values.scalar_type());
-}
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("crop_resize", &crop_resize_cpu);
-  m.impl("crop_resize_backward", &crop_resize_backward_cpu);
 }
 
 }  // namespace octopus

@@ -122,4 +122,13 @@ CropResizeArgs prepare_crop_resize(const at::Tensor& values, const at::Tensor& o
 // The [K, C, out_h, out_w] output: the values' dtype, float32 for uint8.
 at::Tensor crop_resize_output(const CropResizeArgs& a);
 
+// The CPU kernels (crop_resize.cpp), registered in schemas.cpp.
+at::Tensor crop_resize_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                           const at::Tensor& boxes, int64_t channels, int64_t out_h, int64_t out_w, double scale,
+                           const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
+                           bool validate);
+at::Tensor crop_resize_backward_cpu(const at::Tensor& grad, const at::Tensor& values, const at::Tensor& offsets,
+                                    const at::Tensor& sizes, const at::Tensor& boxes, double scale,
+                                    const c10::optional<at::Tensor>& std);
+
 }  // namespace octopus

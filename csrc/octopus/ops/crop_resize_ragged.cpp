@@ -1,11 +1,9 @@
-// octopus::crop_resize_ragged and its backward — argument handling and the CPU entry points
-// (the forward's body is crop_resize_ragged.h's; the schemas are in schemas.cpp).
+// octopus::crop_resize_ragged and its backward — argument handling and the backward's CPU
+// kernel (the forward's body is crop_resize_ragged.h's; the schemas are in schemas.cpp).
 #include "octopus/ops/crop_resize_ragged.h"
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
-#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -49,8 +47,6 @@ CropResizeRaggedArgs prepare_crop_resize_ragged(const at::Tensor& values, const 
   return a;
 }
 
-namespace {
-
 // Serial: crops may overlap, and the scatter adds without atomics on the CPU.
 at::Tensor crop_resize_ragged_backward_cpu(const at::Tensor& grad, const at::Tensor& values, const at::Tensor& offsets,
                                            const at::Tensor& sizes, const at::Tensor& boxes, int64_t channels,
@@ -68,13 +64,6 @@ at::Tensor crop_resize_ragged_backward_cpu(const at::Tensor& grad, const at::Ten
     }
   });
   return a.out.to(values.scalar_type());
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("crop_resize_ragged", &crop_resize_ragged<CpuBackend>);
-  m.impl("crop_resize_ragged_backward", &crop_resize_ragged_backward_cpu);
 }
 
 }  // namespace octopus

@@ -241,4 +241,10 @@ at::Tensor crop_resize_ragged(const at::Tensor& values, const at::Tensor& offset
   return a.out;
 }
 
+// The backward's CPU kernel (crop_resize_ragged.cpp), registered in schemas.cpp.
+at::Tensor crop_resize_ragged_backward_cpu(const at::Tensor& grad, const at::Tensor& values, const at::Tensor& offsets,
+                                           const at::Tensor& sizes, const at::Tensor& boxes, int64_t channels,
+                                           const at::Tensor& out_offsets, const at::Tensor& out_sizes, double scale,
+                                           const c10::optional<at::Tensor>& std);
+
 }  // namespace octopus

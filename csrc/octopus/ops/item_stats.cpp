@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <cmath>
 #include <limits>
@@ -28,8 +27,6 @@ ItemStatsArgs prepare_item_stats(const at::Tensor& values, const at::Tensor& off
   a.out = at::empty({offsets.numel() - 1, a.planes, kNumStats}, values.options().dtype(at::kDouble));
   return a;
 }
-
-namespace {
 
 at::Tensor item_stats_cpu(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, int64_t block_elems,
                           const c10::optional<at::Tensor>& plan, bool validate) {
@@ -78,10 +75,5 @@ at::Tensor item_stats_cpu(const at::Tensor& values, const at::Tensor& offsets, i
   });
   return a.out;
 }
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("item_stats", &item_stats_cpu); }
 
 }  // namespace octopus

@@ -4,14 +4,14 @@
 // composite of those two ops (their kernels, autograd formulas and fakes serve it), so that
 // an eager caller makes one call from Python instead of a dozen small ones, each of which
 // would hand the GIL over and wait to get it back (benchmarks/JOURNAL.md, 2026-11-26). Its
-// schema is in schemas.cpp.
+// schema and registration (CompositeImplicitAutograd) are in schemas.cpp.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
 
 #include <limits>
 #include <string>
 
+#include "octopus/ops/item_stats.h"
 
 namespace octopus {
 namespace {
@@ -34,6 +34,8 @@ at::Tensor pointwise_op(const at::Tensor& values, const at::Tensor& offsets, con
                                                const c10::optional<at::Tensor>&, bool)>();
   return op.call(values, offsets, "center_scale", a, b, strategy, block_elems, metadata, false);
 }
+
+}  // namespace
 
 at::Tensor normalize(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, double eps,
                      int64_t correction, const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
@@ -78,10 +80,5 @@ at::Tensor normalize(const at::Tensor& values, const at::Tensor& offsets, int64_
   return pointwise_op(values, offsets, center.to(param).contiguous(), scale.to(param).contiguous(), strategy,
                       block_elems, metadata);
 }
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CompositeImplicitAutograd, m) { m.impl("normalize", &normalize); }
 
 }  // namespace octopus

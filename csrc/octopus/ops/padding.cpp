@@ -4,11 +4,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <vector>
 
-#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -95,8 +93,6 @@ PaddingArgs prepare_from_padded(const at::Tensor& padded, const at::Tensor& offs
   return a;
 }
 
-namespace {
-
 at::Tensor to_padded_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                          c10::IntArrayRef max_shape, double pad_value, bool validate) {
   (void)validate;  // the CPU always checks: O(M) next to the O(output) copy
@@ -133,13 +129,6 @@ at::Tensor to_padded_cpu(const at::Tensor& values, const at::Tensor& offsets, co
     });
   });
   return a.out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("to_padded", &to_padded_cpu);
-  m.impl("from_padded", &from_padded<CpuBackend>);
 }
 
 }  // namespace octopus

@@ -259,4 +259,8 @@ at::Tensor from_padded(const at::Tensor& padded, const at::Tensor& offsets, cons
   return a.out;
 }
 
+// to_padded's CPU kernel (padding.cpp), registered in schemas.cpp.
+at::Tensor to_padded_cpu(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
+                         c10::IntArrayRef max_shape, double pad_value, bool validate);
+
 }  // namespace octopus

@@ -1,9 +1,7 @@
-// octopus::pointwise on the CPU (the body is pointwise.h's), and the kinds' names.
-#include <torch/library.h>
+// The pointwise kinds' names, for error messages (the op's body is pointwise.h's).
 
 #include <string>
 
-#include "octopus/core/backend.h"
 #include "octopus/ops/pointwise.h"
 
 namespace octopus {
@@ -14,7 +12,5 @@ std::string pointwise_kind_names() {
              PointwiseFns{});
   return names;
 }
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("pointwise", &pointwise<CpuBackend>); }
 
 }  // namespace octopus

@@ -1,6 +1,6 @@
 // octopus::pointwise: clamp, threshold, power and normalization's (x - mean) * scale with
 // per-item parameters a and b (the kinds of item_param_fns.h), the body of every backend's
-// entry point (pointwise.cpp registers the CPU's, pointwise.cu the CUDA's).
+// entry point (schemas.cpp registers the CPU's, pointwise.cu the CUDA's).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,6 +1,5 @@
 // octopus::sampler_step — argument checks and the CPU backend (the schema is in schemas.cpp).
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <vector>
@@ -178,22 +177,13 @@ void finish_sampler_args(SamplerStepArgs& a, bool return_x0) {
                            a.tables.size(1)};
 }
 
-namespace {
-
-struct CpuSamplerBackend {
-  static void run(SamplerStepArgs& a, const c10::optional<at::Tensor>& metadata) {
-    validate_layout(a.offsets, at::Tensor(), a.sample.numel());
-    const at::Tensor meta = metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems,
-                                         build_plan_cpu);
-    with_sampler_step_op(a, [&](const auto& op) {
-      run_ragged_cpu(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
-    });
-  }
-};
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("sampler_step", &sampler_step<CpuSamplerBackend>); }
+void CpuSamplerBackend::run(SamplerStepArgs& a, const c10::optional<at::Tensor>& metadata) {
+  validate_layout(a.offsets, at::Tensor(), a.sample.numel());
+  const at::Tensor meta =
+      metadata_for(a.strategy, metadata, a.offsets, a.sample.numel(), a.block_elems, build_plan_cpu);
+  with_sampler_step_op(a, [&](const auto& op) {
+    run_ragged_cpu(op, a.strategy, a.offsets, a.sample.numel(), a.block_elems, meta);
+  });
+}
 
 }  // namespace octopus

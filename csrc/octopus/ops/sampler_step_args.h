@@ -1,6 +1,6 @@
 // octopus::sampler_step's arguments and the op itself, written once for both backends:
-// sampler_step.cpp registers sampler_step<CpuSamplerBackend> (and holds the checks),
-// sampler_step.cu registers sampler_step<CudaSamplerBackend>.
+// schemas.cpp registers sampler_step<CpuSamplerBackend> (sampler_step.cpp holds the checks and
+// that backend), sampler_step.cu registers sampler_step<CudaSamplerBackend>.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -40,6 +40,11 @@ void check_sampler_rows(SamplerStepArgs& a, const at::Tensor& timesteps, const a
 
 // Allocates prev (and x0) and fills params.
 void finish_sampler_args(SamplerStepArgs& a, bool return_x0);
+
+// Runs the step over the checked arguments on the CPU (sampler_step.cpp).
+struct CpuSamplerBackend {
+  static void run(SamplerStepArgs& a, const c10::optional<at::Tensor>& metadata);
+};
 
 template <class Backend>
 std::tuple<at::Tensor, at::Tensor> sampler_step(const at::Tensor& model_output, const at::Tensor& sample,

@@ -1,13 +1,11 @@
-// octopus::stencil3x3 and its adjoint — argument handling, and the CPU entry points (the body
-// is stencil.h's).
+// octopus::stencil3x3 and its adjoint — argument handling (the body is stencil.h's; the
+// schemas and the CPU registrations are in schemas.cpp).
 #include "octopus/ops/stencil.h"
 
 #include <ATen/ATen.h>
-#include <torch/library.h>
 
 #include <string>
 
-#include "octopus/core/backend.h"
 
 namespace octopus {
 
@@ -67,11 +65,6 @@ StencilArgs prepare_stencil(const at::Tensor& values, const at::Tensor& offsets,
   a.out = at::empty({values.numel()},
                     values.options().dtype(adjoint ? values.scalar_type() : out_dtype_for(values.scalar_type())));
   return a;
-}
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) {
-  m.impl("stencil3x3", &stencil3x3<CpuBackend, false>);
-  m.impl("stencil3x3_backward", &stencil3x3<CpuBackend, true>);
 }
 
 }  // namespace octopus

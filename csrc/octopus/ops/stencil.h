@@ -438,7 +438,7 @@ void with_stencil_op(const StencilArgs& a, F&& f) {
 }
 
 // octopus::stencil3x3 (kAdjoint false) and its adjoint, the body of every backend's entry
-// point (stencil.cpp registers the CPU's, stencil.cu the CUDA's).
+// point (schemas.cpp registers the CPU's, stencil.cu the CUDA's).
 template <class Backend, bool kAdjoint>
 at::Tensor stencil3x3(const at::Tensor& values, const at::Tensor& offsets, const at::Tensor& sizes,
                       const at::Tensor& weight, c10::string_view border, c10::string_view strategy,

@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include "octopus/core/checks.h"
 #include "octopus/core/dtypes.h"
@@ -50,8 +49,6 @@ TileStatsArgs prepare_tile_stats(const at::Tensor& image, const at::Tensor& tile
   return a;
 }
 
-namespace {
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cpu(const at::Tensor& image, const at::Tensor& tiles,
                                                                double threshold, double min_mean, double max_mean,
                                                                double min_fraction, double max_fraction,
@@ -89,10 +86,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cpu(const at::Tensor& 
   });
   return {a.mean, a.fraction, a.keep};
 }
-
-}  // namespace
-
-
-TORCH_LIBRARY_IMPL(octopus, CPU, m) { m.impl("tile_stats", &tile_stats_cpu); }
 
 }  // namespace octopus

@@ -47,4 +47,10 @@ struct TileStatsArgs {
 TileStatsArgs prepare_tile_stats(const at::Tensor& image, const at::Tensor& tiles, double min_mean, double max_mean,
                                  double min_fraction, double max_fraction, bool validate_contents);
 
+// The CPU kernel (tile_stats.cpp), registered in schemas.cpp.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_stats_cpu(const at::Tensor& image, const at::Tensor& tiles,
+                                                               double threshold, double min_mean, double max_mean,
+                                                               double min_fraction, double max_fraction,
+                                                               bool validate);
+
 }  // namespace octopus
