@@ -75,6 +75,8 @@ py::dict control_dict(const sched::ControlStats& c) {
   out["throttle"] = sched::throttle_mode_name(c.settings.throttle);
   out["probing"] = c.probing;
   out["climbs"] = c.climbs;
+  out["median_climbs"] = c.median_climbs;
+  out["seconds_at_steps"] = c.seconds_at_steps;
   out["descents"] = c.descents;
   out["probes"] = c.probes;
   out["best_effort_units"] = c.best_effort_units;

@@ -66,6 +66,14 @@ TEST(LatencyController, ClimbsToTheFirstStepThatMeetsTheTargetAndStaysThere) {
   int at_four = 0;
   for (const int s : after) at_four += s == 4;
   EXPECT_GT(at_four, 19000);
+  // The time at each step adds up to the time since the first sample, most of it at step 4.
+  const std::vector<double> seconds = c.seconds_at_steps(device.now);
+  ASSERT_EQ(seconds.size(), 9u);
+  double total = 0.0;
+  for (const double t : seconds) total += t;
+  EXPECT_NEAR(total, device.now - kPeriod, 1e-9);
+  EXPECT_GT(seconds[4], 0.95 * 20000 * kPeriod);
+  EXPECT_EQ(c.median_climbs(), 0) << "the p99 passes the target long before the median its bound";
   const KindControl k = c.kinds().front();
   ASSERT_TRUE(k.target_s && k.alone_p99_s);
   EXPECT_NEAR(*k.target_s / *k.alone_p99_s, 1.5, 1e-9);
@@ -166,6 +174,8 @@ TEST(LatencyController, AMedianOverTwiceTheAloneMedianClimbsThoughTheP99IsWithin
   const KindControl k = c.kinds().front();
   ASSERT_TRUE(k.alone_p50_s && k.recent_p50_s);
   EXPECT_LE(*k.recent_p50_s, 2.0 * *k.alone_p50_s);
+  EXPECT_GE(c.median_climbs(), 2) << "the climbs from steps 0 and 1 were the median's";
+  EXPECT_LE(c.median_climbs(), c.climbs());
 }
 
 TEST(LatencyController, AMedianWithinTwiceTheAloneMedianLeavesBestEffortWorkAlone) {

@@ -62,6 +62,17 @@ def test_verdicts_ratios_and_the_oracle():
     assert "1.5x:yes 3x:yes" in table
 
 
+def test_a_controller_row_says_where_the_controller_spent_the_run():
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+            row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0})]
+    rows[2]["control"] = dict(enabled=True, step=2, steps=4, seconds_at_steps=[1.0, 0.0, 3.0, 0.0], climbs=3,
+                              median_climbs=1, descents=1)
+    report.summarize(rows)
+    line = report.format_table(rows).splitlines()[2]
+    assert line.endswith("| step 2/3, % of time per step [25 0 75 0], climbs 3 (1 median), descents 1")
+    assert "step" not in report.format_table(rows[:2])
+
+
 def test_repeated_runs_say_how_often_each_mode_met_each_target():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
             row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0}),   # meets both, BE 90%

@@ -71,7 +71,7 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
 }
 
 LatencyController::LatencyController(ControllerOptions options, std::vector<ControlStep> ladder)
-    : options_(options), ladder_(std::move(ladder)), backoff_(ladder_.size(), 0) {
+    : options_(options), ladder_(std::move(ladder)), backoff_(ladder_.size(), 0), step_seconds_(ladder_.size(), 0.0) {
   if (ladder_.empty()) throw std::invalid_argument("octopus latency controller: the ladder has no step");
 }
 
@@ -115,6 +115,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   if (!started_) {
     started_ = true;
     step_since_s_ = now_s;
+    step_entered_s_ = now_s;
   }
   last_sample_s_ = now_s;
   Kind& k = kind(name);
@@ -148,7 +149,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     } else if (k.budget < 0.0) {
       climb(severe ? 2 : 1, now_s);
     } else if (median_over) {
+      const int64_t before = climbs_;
       climb(1, now_s);
+      median_climbs_ += climbs_ - before;
     }
   }
   update_probe(now_s);
@@ -157,7 +160,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
 
 void LatencyController::tick(double now_s) {
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
-    step_ = 0;
+    move_to(0, now_s);
     step_since_s_ = now_s;
     samples_at_step_ = 0;
     settle_left_ = 0;
@@ -170,8 +173,8 @@ void LatencyController::tick(double now_s) {
 void LatencyController::climb(int steps, double now_s) {
   const int top = static_cast<int>(ladder_.size()) - 1;
   const int from = step_;
-  step_ = std::min(top, step_ + steps);
-  if (step_ == from) return;
+  if (std::min(top, step_ + steps) == from) return;
+  move_to(std::min(top, step_ + steps), now_s);
   climbs_ += 1;
   // Climbing back from a step just descended to: that step waits longer next time.
   if (from == last_descent_to_ && now_s - last_descent_s_ < options_.undo_s) {
@@ -239,13 +242,25 @@ void LatencyController::maybe_descend(double now_s) {
     any = true;
   }
   if (!any) return;
-  step_ -= 1;
+  move_to(step_ - 1, now_s);
   descents_ += 1;
   last_descent_to_ = step_;
   last_descent_s_ = now_s;
   step_since_s_ = now_s;
   samples_at_step_ = 0;
   for (auto& [name, k] : kinds_) k.recent.clear();
+}
+
+void LatencyController::move_to(int step, double now_s) {
+  if (started_) step_seconds_[static_cast<std::size_t>(step_)] += now_s - step_entered_s_;
+  step_entered_s_ = now_s;
+  step_ = step;
+}
+
+std::vector<double> LatencyController::seconds_at_steps(double now_s) const {
+  std::vector<double> out = step_seconds_;
+  if (started_) out[static_cast<std::size_t>(step_)] += std::max(0.0, now_s - step_entered_s_);
+  return out;
 }
 
 void LatencyController::update_probe(double now_s) {

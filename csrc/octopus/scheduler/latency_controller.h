@@ -148,8 +148,13 @@ class LatencyController {
   // Infeasible reports not yet taken (each kind once per becoming infeasible).
   std::vector<std::string> take_reports();
   int64_t climbs() const { return climbs_; }
+  // Of the climbs, those made because a kind's median passed its bound (the others: a spent
+  // error budget).
+  int64_t median_climbs() const { return median_climbs_; }
   int64_t descents() const { return descents_; }
   int64_t probes() const { return probes_; }
+  // Seconds spent at each step of the ladder until now_s (where the controller settles).
+  std::vector<double> seconds_at_steps(double now_s) const;
 
  private:
   struct Kind {
@@ -176,6 +181,8 @@ class LatencyController {
   // The median bound of a kind with a relative target and enough alone samples (else none).
   std::optional<double> median_bound_s(const Kind& k) const;
   void climb(int steps, double now_s);
+  // Moves to `step`, adding the time at the step left to its account.
+  void move_to(int step, double now_s);
   void check_infeasible(const std::string& name, Kind& k, double target);
   void maybe_descend(double now_s);
   void update_probe(double now_s);
@@ -197,7 +204,10 @@ class LatencyController {
   int64_t probes_ = 0;
   std::vector<std::string> reports_;
   int64_t climbs_ = 0;
+  int64_t median_climbs_ = 0;
   int64_t descents_ = 0;
+  std::vector<double> step_seconds_;  // per step: seconds spent there before the current stay
+  double step_entered_s_ = 0.0;       // when the current step was entered
   bool started_ = false;
 };
 

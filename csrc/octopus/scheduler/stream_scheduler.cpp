@@ -413,6 +413,8 @@ SchedulerStats StreamScheduler::stats() const {
       cs.step = d.controller->step();
       cs.steps = static_cast<int>(d.controller->ladder().size());
       cs.climbs = d.controller->climbs();
+      cs.median_climbs = d.controller->median_climbs();
+      cs.seconds_at_steps = d.controller->seconds_at_steps(s.micros(Clock::now()) * 1e-6);
       cs.descents = d.controller->descents();
       cs.probes = d.controller->probes();
       cs.kinds = d.controller->kinds();

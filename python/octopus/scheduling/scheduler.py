@@ -439,7 +439,9 @@ class StreamScheduler:
         free-memory sample, the SMs best-effort work runs on (0: all), NVML utilization and,
         under ``control``, the latency controller: its step of how many (``steps``), what
         that step means (``slice_budget_s``, ``in_flight``, ``reserved_sms``, ``throttle``),
-        whether it probes, its climbs, descents and probes, the best-effort units started, and
+        whether it probes, its climbs (``median_climbs`` of them for a median over its bound,
+        the others for a spent error budget), descents and probes, the seconds it spent at
+        each step (``seconds_at_steps``), the best-effort units started, and
         per latency-critical kind its target, p99 alone and recently, samples and
         ``attainment`` (the share within target), and whether its target is infeasible."""
         if self._impl.has_reports:

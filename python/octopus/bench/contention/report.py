@@ -78,8 +78,20 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         meets = " ".join(f"{k}:{'yes' if v else 'no'}" for k, v in r.get("meets", {}).items())
         stalls = f" | {len(r['stalls'])} stalls" if r.get("stalls") else ""
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
-                     f"{clock} {meets}".rstrip() + stalls)
+                     f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control")))
     return "\n".join(lines)
+
+
+def _controller_path(control: Optional[Dict[str, Any]]) -> str:
+    """Where the latency controller spent the run: its final step, the share of the time at
+    each step, its climbs (those for a median over its bound) and descents."""
+    if not control or not control.get("enabled") or "seconds_at_steps" not in control:
+        return ""
+    seconds = control["seconds_at_steps"]
+    total = sum(seconds) or 1.0
+    shares = " ".join(f"{100 * t / total:.0f}" for t in seconds)
+    return (f" | step {control['step']}/{control['steps'] - 1}, % of time per step [{shares}], "
+            f"climbs {control['climbs']} ({control['median_climbs']} median), descents {control['descents']}")
 
 
 def format_repeats(rows: List[Dict[str, Any]]) -> str:
