@@ -281,7 +281,10 @@ class ContinuousSampler:
             raise RuntimeError("prepare_graphs must be called while the sampler is idle")
         kwargs = self._on_device(conditioning)
         shapes, batch_sizes = [tuple(s) for s in shapes], list(batch_sizes)
-        sizes = [batch_sizes, list(priority_batch_sizes) if priority_batch_sizes is not None else batch_sizes]
+        # Largest batch first: a family's graphs share a memory pool, and the smaller graphs
+        # then fit in what the larger ones' intermediates left free.
+        sizes = [sorted(set(batch_sizes), reverse=True),
+                 sorted(set(priority_batch_sizes if priority_batch_sizes is not None else batch_sizes), reverse=True)]
         captured = 0
         with torch.no_grad(), torch.cuda.device(self.device):
             for lane, lane_sizes in zip(self._lanes, sizes):

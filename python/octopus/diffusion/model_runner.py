@@ -73,7 +73,14 @@ class CapturedCalls:
     ``capture_priority`` (kernel nodes keep the priority of the stream they were captured
     on), one that no live family of any sampler in the process uses. ``shared_workspaces``
     turns True if torch's stream pool (32 streams per priority) ran out of such streams: then
-    replays must not overlap."""
+    replays must not overlap.
+
+    The graphs of a family share one memory pool (a graph's intermediates are reused by the
+    others, as ``make_graphed_callables`` and serving systems do): with a pool each, every
+    graph's intermediates stay reserved, and a large model captured at many batch sizes
+    needs the sum of them. Sharing is safe because a family's replays are ordered on the device (an
+    iteration's replay waits for the previous iteration's step, which waits for its model
+    calls) and each replay's output is consumed on its stream before the next."""
 
     def __init__(self, model: Callable[..., Any], max_graphs: int, device: torch.device, capture_priority: int = 0):
         self.model, self.max_graphs, self.device, self.capture_priority = model, max_graphs, device, capture_priority
@@ -81,6 +88,7 @@ class CapturedCalls:
         self._seen: set[Tuple[Any, ...]] = set()
         self._eager_only: set[Tuple[Any, ...]] = set()
         self._capture_streams: Dict[Tuple[Any, ...], torch.cuda.Stream] = {}
+        self._pools: Dict[Tuple[Any, ...], Any] = {}  # family -> its graphs' memory pool
         self.shared_workspaces = False
         self.captures = 0
         weakref.finalize(self, _give_back_capture_streams, self._capture_streams)
@@ -112,7 +120,10 @@ class CapturedCalls:
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: the sampler's finishing thread may use CUDA meanwhile.
-            with torch.cuda.graph(graph, stream=self._capture_stream(_family(key)), capture_error_mode="thread_local"):
+            family = _family(key)
+            pool = self._pools.setdefault(family, torch.cuda.graph_pool_handle())
+            with torch.cuda.graph(graph, pool=pool, stream=self._capture_stream(family),
+                                  capture_error_mode="thread_local"):
                 static_out = model_output_of(self.model(static_x, static_t, **static_kwargs))
         except Exception:  # noqa: BLE001 (a model that cannot be captured runs eagerly)
             self._eager_only.add(key)
@@ -124,6 +135,7 @@ class CapturedCalls:
             family = _family(dropped)
             if not any(_family(k) == family for k in self._graphs):
                 _give_back_capture_streams({family: self._capture_streams.pop(family)})
+                del self._pools[family]
         return self._graphs[key]
 
     def _capture_stream(self, family: Tuple[Any, ...]) -> torch.cuda.Stream:

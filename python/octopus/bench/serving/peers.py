@@ -195,10 +195,10 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int,
 def prepare_peer_graphs(graphs: CapturedCalls, shapes, max_batch: int, device: torch.device,
                         dtype: torch.dtype) -> None:
     """Captures the step-level peer's graphs before it is measured, as octopus-graphs' sampler
-    captures its own: every shape at every batch size (a key's first call runs eagerly, its
-    second is captured)."""
+    captures its own: every shape at every batch size, the largest first (a key's first call
+    runs eagerly, its second is captured)."""
     for shape in shapes:
-        for n in range(1, max_batch + 1):
+        for n in range(max_batch, 0, -1):
             x = torch.zeros((n, *shape), device=device, dtype=dtype)
             t = torch.full((n,), 500.0, device=device)
             for _ in range(2):
