@@ -64,9 +64,18 @@ def test_the_command_on_the_cpu(tmp_path):
     rows = result["rows"]
     assert [(r["mode"], r["load"].split()[0]) for r in rows] == [
         (m, load) for load in ("saturation", "60%") for m in ("pipeline", "step-level-graphs", "octopus")]
+    high = {int(k) for k in result["unloaded_high_s"]}
+    assert high and all(v > 0 for v in result["unloaded_high_s"].values())
     for r in rows:
         assert r["completed"] == r["requests"] == 5 and not r["truncated"]
         assert r["throughput"] > 0 and 0 < r["p50_s"] <= r["p99_s"] and r["high_p99_s"] is not None
+        assert r["high_p99_over_unloaded"] > 0
+        if r["mode"] == "octopus":  # every stage timed, the shares of their sum
+            assert set(r["stage_s"]) == {"encode", "denoise", "decode", "postprocess"}
+            assert all(t > 0 for t in r["stage_s"].values())
+            assert sum(r["stage_share"].values()) == pytest.approx(1.0)
+        else:
+            assert "stage_s" not in r
     octopus_rate = next(r["throughput"] for r in rows if r["mode"] == "octopus" and r["load"] == "saturation")
     assert all(r["rate"] == pytest.approx(0.6 * octopus_rate) for r in rows if r["load"] != "saturation")
     assert "images/s" in proc.stdout

@@ -225,3 +225,16 @@ def test_prompts_are_encoded_once(pipe, monkeypatch):
         [f.result(timeout=300) for f in first]
         server.submit("a cat", num_inference_steps=2, seed=9, output_type="latent").result(timeout=300)
     assert sum(p.count("a cat") for p in calls) == 1, calls
+
+
+def test_stats_count_each_stage_and_time_it(pipe):
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=4) as server:
+        futures = [server.submit(prompt, num_inference_steps=2, seed=i, output_type="np")
+                   for i, prompt in enumerate(["a cat", "a dog", "a cat"])]
+        [f.result(timeout=300) for f in futures]
+        stats = server.stats()
+    assert stats["prompts_encoded"] == 2  # "a cat" once (the cache), "a dog" once
+    assert stats["images_decoded"] == 3
+    assert stats["sampler"]["completed"] == 3
+    for stage in ("encode_s", "decode_s", "postprocess_s"):
+        assert stats[stage] > 0, stage

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import inspect
 import threading
-from typing import Any, Callable, Deque, Sequence
+import time
+from typing import Any, Callable, Deque, Iterator, Sequence
 
 import torch
 
@@ -70,6 +72,46 @@ class _Request:
     output_type: str
     seed: int
     future: concurrent.futures.Future[GeneratedImage]
+
+
+class _StageClock:
+    """Seconds spent in each stage's calls: device time between CUDA events recorded on the
+    stage's stream around them on a GPU (read when asked, once the work is done), the host
+    clock on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self._on_gpu = device.type == "cuda"
+        self._lock = threading.Lock()
+        self._seconds: dict[str, float] = collections.defaultdict(float)
+        self._pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+
+    @contextlib.contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        if self._on_gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            with self._lock:
+                self._pending.append((stage, start, end))
+            return
+        began = time.perf_counter()
+        yield
+        self.add(stage, time.perf_counter() - began)
+
+    def add(self, stage: str, seconds: float) -> None:
+        """Host seconds spent in ``stage``."""
+        with self._lock:
+            self._seconds[stage] += seconds
+
+    def seconds(self) -> dict[str, float]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for stage, start, end in pending:
+            end.synchronize()
+            self._seconds[stage] += start.elapsed_time(end) / 1e3
+        with self._lock:
+            return dict(self._seconds)
 
 
 def _family(pipe: Any) -> str:
@@ -166,6 +208,8 @@ class PipelineServer:
         self._to_encode: Deque[_Request] = collections.deque()
         self._to_decode: Deque[tuple[_Request, SampleResult]] = collections.deque()
         self._closing = False
+        self._counts = dict(prompts_encoded=0, images_decoded=0)
+        self._clock = _StageClock(self.device)
         self._sampled_all = False  # closing, and the sampler has finished every request
         self._encoder = threading.Thread(target=self._encode_loop, name="octopus-pipeline-encoder", daemon=True)
         self._decoder = threading.Thread(target=self._decode_loop, name="octopus-pipeline-decoder", daemon=True)
@@ -219,6 +263,18 @@ class PipelineServer:
             self._sampled_all = True
             self._lock.notify_all()
         self._decoder.join()
+
+    def stats(self) -> dict[str, Any]:
+        """``prompts_encoded`` and ``images_decoded`` so far, ``encode_s`` and ``decode_s``: the
+        seconds their calls took (device time on a GPU: the text encoder, the VAE; host time on
+        the CPU), ``postprocess_s``: host time turning decoded images into the output type,
+        and the sampler's :meth:`~octopus.diffusion.ContinuousSampler.stats` under ``sampler``."""
+        seconds = self._clock.seconds()
+        with self._lock:
+            out: dict[str, Any] = dict(self._counts)
+        out.update({f"{stage}_s": seconds.get(stage, 0.0) for stage in ("encode", "decode", "postprocess")})
+        out["sampler"] = self.sampler.stats()
+        return out
 
     def __enter__(self) -> "PipelineServer":
         return self
@@ -310,13 +366,16 @@ class PipelineServer:
         given, or all None)."""
         prompts = [p for p, _ in keys]
         negatives = None if keys[0][1] is None else [n for _, n in keys]
-        if self._kind == "sd":
-            embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
-        else:
-            extra = dict(prompt_2=None, prompt_3=None) if self._kind == "sd3" else {}
-            embeds, negative, pooled, negative_pooled = self.pipe.encode_prompt(
-                prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=guided,
-                negative_prompt=negatives, **extra)
+        with self._clock.measure("encode"):
+            if self._kind == "sd":
+                embeds, negative = self.pipe.encode_prompt(prompts, self.device, 1, guided, negative_prompt=negatives)
+            else:
+                extra = dict(prompt_2=None, prompt_3=None) if self._kind == "sd3" else {}
+                embeds, negative, pooled, negative_pooled = self.pipe.encode_prompt(
+                    prompts, device=self.device, num_images_per_prompt=1, do_classifier_free_guidance=guided,
+                    negative_prompt=negatives, **extra)
+        with self._lock:
+            self._counts["prompts_encoded"] += len(keys)
         pooled_name = {"sdxl": "text_embeds", "sd3": "pooled_projections"}.get(self._kind)
         for i, (p, n) in enumerate(keys):
             cond = {"encoder_hidden_states": embeds[i]}
@@ -389,6 +448,8 @@ class PipelineServer:
                 for r, _ in members:
                     r.future.set_exception(error)
                 continue
+            with self._lock:
+                self._counts["images_decoded"] += len(members)
             for (r, result), image in zip(members, images):
                 r.future.set_result(GeneratedImage(image, result.latents, r.seed, result))
 
@@ -404,17 +465,22 @@ class PipelineServer:
             if stream is not None:
                 consumer = torch.cuda.current_stream(self.device)
                 stream.wait_stream(consumer)
-                with torch.cuda.stream(stream):
+                with torch.cuda.stream(stream), self._clock.measure("decode"):
                     image = self._vae_decode(x)
                 consumer.wait_stream(stream)
                 image.record_stream(consumer)  # made on the lease's stream, used on this one
             else:
-                image = self._vae_decode(x)
+                with self._clock.measure("decode"):
+                    image = self._vae_decode(x)
         finally:
             if lease is not None:
                 lease.release()
+        if image.is_cuda and output_type in ("np", "pil"):  # (they copy to the host: wait there, untimed)
+            torch.cuda.current_stream(image.device).synchronize()
+        began = time.perf_counter()
         processed = self.pipe.image_processor.postprocess(image, output_type=output_type,
                                                           do_denormalize=[True] * image.shape[0])
+        self._clock.add("postprocess", time.perf_counter() - began)
         if output_type == "pil":
             return [[p] for p in processed]
         return [processed[i:i + 1] for i in range(image.shape[0])]

@@ -162,11 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--static-wait", type=float, default=0.05, help="(b): seconds a batch waits to fill")
     p.add_argument("--priority-batch", type=int, default=8,
-                   help="octopus-priority: the batch cap while high-priority requests run; octopus-lane: "
-                        "the priority lane's batch sizes captured up front")
+                   help="octopus-priority: the batch cap while high-priority requests run; octopus-lane and "
+                        "--pipeline's octopus: the priority lane's batch sizes captured up front")
     p.add_argument("--normal-lane-pause", type=float, default=math.inf,
-                   help="octopus-lane-yield: seconds the other samples pause at a time while high-priority "
-                        "ones run (default: inf, strict priority)")
+                   help="octopus-lane-yield and --pipeline's octopus: seconds the other samples pause at a "
+                        "time while high-priority ones run (default: inf, strict priority)")
     p.add_argument("--high-share", type=float, default=0.1)
     p.add_argument("--max-in-flight", type=int, default=2,
                    help="(d): iterations the sampler issues ahead of the GPU (ContinuousSampler's max_in_flight)")

@@ -20,9 +20,10 @@ Servers, by priority then arrival:
   guided UNet call per latent size and batch (in CUDA graphs per size and batch, captured before
   the run, on a GPU), one diffusers ``scheduler.step`` per request, and the requests that finish
   together decoded in one VAE call per size (the strongest plain server; eager on a CPU);
-* ``octopus``: :class:`octopus.diffusion.PipelineServer` (CUDA graphs on a GPU; no prompt cache
-  across batches, ``prompt_cache=0``: every run serves the same prompts, and the other servers
-  encode every request's).
+* ``octopus``: :class:`octopus.diffusion.PipelineServer` (on a GPU: CUDA graphs, and the
+  high-priority requests in the sampler's priority lane with ``--normal-lane-pause``, strict
+  priority by default; no prompt cache across batches, ``prompt_cache=0``: every run serves the
+  same prompts, and the other servers encode every request's).
 
 Before anything is measured, the pipeline runs one short request per size (one-time costs: the
 CUDA context's libraries, convolution algorithms), and both batching servers capture their
@@ -30,7 +31,10 @@ graphs for every size and batch.
 
 Each server runs the trace at saturation (every request arriving at once: images/s) and at 60%
 of octopus's saturated rate (latency p50 / p99, overall and high priority, from arrival to the
-image).
+image). The high-priority p99 is also given over the p99 of the same requests served alone by
+octopus (unloaded), and octopus's rows carry the device seconds of each stage (the text
+encoder's and the VAE's calls, the sampler's iterations; post-processing on the host) and their
+shares.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import torch
 from octopus.diffusion.model_runner import CapturedCalls
 
 from ..report import environment
-from .measure import summarize
+from .measure import high_p99_over_unloaded, summarize
 from .peers import ArrivalLoop, finish
 
 PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
@@ -237,14 +241,16 @@ def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeou
     return dict(completions=completions, images=images) if keep_images else dict(completions=completions)
 
 
+@torch.no_grad()
 def prepare_step_level_graphs(pipe: Any, graphs: CapturedCalls, sizes: tuple, max_batch: int,
                               device: torch.device) -> None:
     """Captures the step-level server's UNet graphs for every size and batch before it is
-    measured (a key's first call runs eagerly, its second is captured)."""
+    measured (a key's first call runs eagerly, its second is captured), largest batch first as
+    the octopus sampler's ``prepare_graphs`` does."""
     seq, width = pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size
     for size in sizes:
         side = size // pipe.vae_scale_factor
-        for n in range(1, max_batch + 1):
+        for n in range(max_batch, 0, -1):  # largest first: the family's graphs share a memory pool
             x = torch.zeros((2 * n, pipe.unet.config.in_channels, side, side), device=device, dtype=pipe.unet.dtype)
             t = torch.full((2 * n,), 500.0, device=device)
             states = torch.zeros((2 * n, seq, width), device=device, dtype=pipe.unet.dtype)
@@ -255,17 +261,16 @@ def prepare_step_level_graphs(pipe: Any, graphs: CapturedCalls, sizes: tuple, ma
 
 def run_octopus(server: Any, workload: List[dict], timeout: float) -> dict:
     """``octopus``: each request submitted to the PipelineServer at its arrival; completed when
-    its image is ready."""
+    its image is ready. Also the device seconds of each stage over the run (``stages``)."""
+    before = server.stats()
+    server.sampler.iteration_timings()  # (those of earlier runs left out)
     start = time.perf_counter()
     completions: Dict[int, float] = {}
     lock = threading.Lock()
     futures = []
     for spec in sorted(workload, key=lambda r: r["arrival"]):
         time.sleep(max(0.0, spec["arrival"] - (time.perf_counter() - start)))
-        future = server.submit(spec["prompt"], guidance_scale=GUIDANCE, num_inference_steps=spec["steps"],
-                               height=spec["size"], width=spec["size"], seed=spec["seed"],
-                               scheduler=spec["scheduler"], scheduler_config=spec["config"] or None,
-                               priority="high" if spec["high"] else "normal", output_type="np")
+        future = _submit(server, spec)
 
         def done(f: concurrent.futures.Future, i: int = spec["id"]) -> None:
             if f.exception() is None:
@@ -274,8 +279,28 @@ def run_octopus(server: Any, workload: List[dict], timeout: float) -> dict:
         future.add_done_callback(done)
         futures.append(future)
     concurrent.futures.wait(futures, timeout=max(0.0, timeout - (time.perf_counter() - start)))
+    after = server.stats()
+    stages = {stage: after[f"{stage}_s"] - before[f"{stage}_s"] for stage in ("encode", "decode", "postprocess")}
+    stages["denoise"] = sum(t["iteration"] for t in server.sampler.iteration_timings()) / 1e3
     with lock:
-        return dict(completions=dict(completions))
+        return dict(completions=dict(completions), stages=stages)
+
+
+def _submit(server: Any, spec: dict) -> concurrent.futures.Future:
+    return server.submit(spec["prompt"], guidance_scale=GUIDANCE, num_inference_steps=spec["steps"],
+                         height=spec["size"], width=spec["size"], seed=spec["seed"], scheduler=spec["scheduler"],
+                         scheduler_config=spec["config"] or None, priority="high" if spec["high"] else "normal",
+                         output_type="np")
+
+
+def unloaded_latencies(server: Any, workload: List[dict]) -> Dict[int, float]:
+    """Each high-priority request alone through the octopus server: arrival to image."""
+    latencies = {}
+    for spec in (r for r in workload if r["high"]):
+        start = time.perf_counter()
+        _submit(server, spec).result()
+        latencies[spec["id"]] = time.perf_counter() - start
+    return latencies
 
 
 def run(args: Any) -> dict:
@@ -295,13 +320,16 @@ def run(args: Any) -> dict:
     print("warm-up: the pipeline, one short request per size", file=sys.stderr)
     for size in sizes:
         pipe("warm up", height=size, width=size, num_inference_steps=2, guidance_scale=GUIDANCE, output_type="np")
-    server = (PipelineServer(pipe, max_batch=args.max_batch, cuda_graphs=cuda, prompt_cache=0)
+    lanes = dict(priority_lane=True, normal_lane_pause=args.normal_lane_pause) if cuda else {}
+    server = (PipelineServer(pipe, max_batch=args.max_batch, cuda_graphs=cuda, prompt_cache=0, record_iterations=True,
+                             **lanes)
               if "octopus" in args.modes else None)
     runners = {"pipeline": lambda w: run_pipeline_alone(pipe, w, device, args.run_timeout),
                "step-level-graphs": lambda w: run_step_level(pipe, w, device, args.run_timeout, args.max_batch,
                                                              graphs),
                "octopus": lambda w: run_octopus(server, w, args.run_timeout)}
     rows: List[dict] = []
+    unloaded: Dict[int, float] = {}
     try:
         if server is not None:  # its graphs captured before it is measured, as the step-level server's
             print("warm-up: octopus" + (" (capturing CUDA graphs)" if cuda else ""), file=sys.stderr)
@@ -311,8 +339,11 @@ def run(args: Any) -> dict:
                 server.sampler.prepare_graphs(
                     [(pipe.unet.config.in_channels, s // pipe.vae_scale_factor, s // pipe.vae_scale_factor)
                      for s in sizes], [2 * n for n in range(1, args.max_batch + 1)],  # guided: two rows a sample
-                    conditioning={"encoder_hidden_states": states})
+                    conditioning={"encoder_hidden_states": states},
+                    priority_batch_sizes=[2 * n for n in range(1, args.priority_batch + 1)])
             run_octopus(server, at_rate(trace[:min(len(trace), args.max_batch)], float("inf")), args.run_timeout)
+            print("unloaded: each high-priority request alone through octopus", file=sys.stderr)
+            unloaded = unloaded_latencies(server, trace)
         saturated: Dict[str, float] = {}
         for load, rate_of in (("saturation", lambda: float("inf")),
                               ("60% of octopus's saturated rate", lambda: 0.6 * saturated.get("octopus", 0.0))):
@@ -326,7 +357,12 @@ def run(args: Any) -> dict:
                 raw = runners[mode](workload)
                 row = summarize(workload, raw["completions"])
                 row.update(mode=mode, load=load, rate=None if rate == float("inf") else rate,
-                           wall_s=time.perf_counter() - wall, truncated=row["completed"] < len(workload))
+                           wall_s=time.perf_counter() - wall, truncated=row["completed"] < len(workload),
+                           high_p99_over_unloaded=high_p99_over_unloaded(row, unloaded))
+                if "stages" in raw:
+                    total = sum(raw["stages"].values())
+                    row.update(stage_s=raw["stages"],
+                               stage_share={k: v / total for k, v in raw["stages"].items()} if total else None)
                 if load == "saturation" and row["throughput"]:
                     saturated[mode] = row["throughput"]
                 rows.append(row)
@@ -335,19 +371,25 @@ def run(args: Any) -> dict:
             server.close()
     return dict(environment=environment(device), pipeline=dict(name=args.pipeline, parameters=parameters,
                                                                dtype=str(dtype), sizes=list(sizes)),
-                settings={k: v for k, v in vars(args).items() if k != "out"}, rows=rows)
+                settings={k: v for k, v in vars(args).items() if k != "out"}, rows=rows,
+                unloaded_high_s={str(k): v for k, v in unloaded.items()})
 
 
 def format_pipeline_table(result: dict) -> str:
     counts = ", ".join(f"{k} {v / 1e6:.1f}M" for k, v in result["pipeline"]["parameters"].items())
     lines = [f"pipeline {result['pipeline']['name']} ({counts} parameters)",
-             f"{'mode':<20} {'load':<32} {'images/s':>9} {'p50 s':>8} {'p99 s':>8} {'high p99':>9} {'done':>7}"]
+             f"{'mode':<20} {'load':<32} {'images/s':>9} {'p50 s':>8} {'p99 s':>8} {'high p99':>9} "
+             f"{'/unloaded':>9} {'done':>7}  encode/denoise/decode/post"]
 
     def fmt(value: Any, spec: str) -> str:
         width = int(spec.split(".")[0])
         return format(value, spec) if value is not None else "-".rjust(width)
 
     for r in result["rows"]:
+        share = r.get("stage_share")
+        shares = "/".join(f"{100 * share[k]:.0f}%" for k in ("encode", "denoise", "decode", "postprocess")) \
+            if share else "-"
         lines.append(f"{r['mode']:<20} {r['load']:<32} {fmt(r['throughput'], '9.2f')} {fmt(r['p50_s'], '8.3f')} "
-                     f"{fmt(r['p99_s'], '8.3f')} {fmt(r['high_p99_s'], '9.3f')} {r['completed']:>3}/{r['requests']}")
+                     f"{fmt(r['p99_s'], '8.3f')} {fmt(r['high_p99_s'], '9.3f')} "
+                     f"{fmt(r.get('high_p99_over_unloaded'), '9.2f')} {r['completed']:>3}/{r['requests']}  {shares}")
     return "\n".join(lines)
