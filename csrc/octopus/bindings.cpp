@@ -133,6 +133,7 @@ void bind_config(py::module_& m) {
       .def_readwrite("best_effort_max_pause_s", &C::best_effort_max_pause_s)
       .def_readwrite("latency_control", &C::latency_control)
       .def_readwrite("latency_ratio", &C::latency_ratio)
+      .def_readwrite("latency_error_budget", &C::latency_error_budget)
       .def_property("infeasible_deadline", [](const C& c) { return sched::infeasible_deadline_name(c.infeasible_deadline); },
                     [](C& c, const std::string& name) { c.infeasible_deadline = sched::parse_infeasible_deadline(name); })
       .def_readwrite("target_utilization", &C::target_utilization)

@@ -30,6 +30,13 @@ def test_the_modes_cover_the_peers_the_sweep_and_both_targets():
     assert not [m for m in modes(sweep=False) if m.kind == "sweep"]
 
 
+def test_error_budgets_run_the_controller_once_per_budget():
+    controller = [m for m in modes(sweep=False, error_budgets=[2, 8]) if m.kind == "controller"]
+    assert [(m.target_ratio, m.options["latency_error_budget"]) for m in controller] == [
+        (1.5, 2), (1.5, 8), (3.0, 2), (3.0, 8)]
+    assert len({m.name for m in controller}) == 4 and all("error budget" in m.name for m in controller)
+
+
 def row(name, kind, lc_ms, be_per_s):
     return dict(name=name, kind=kind, lc_ms=lc_ms, be_per_s=be_per_s)
 

@@ -49,6 +49,9 @@ def test_options_are_the_dataclass_fields_and_unknown_ones_are_named():
         simulated(latency_target=2.0)
     with pytest.raises(ValueError, match="latency_ratio must be at least 1"):
         simulated(latency_ratio=0.5)
+    assert simulated(latency_error_budget=8.0).config.latency_error_budget == 8.0
+    with pytest.raises(ValueError, match="latency_error_budget must be at least 1"):
+        simulated(latency_error_budget=0.5)
     with pytest.raises(ValueError, match="throttle must be"):
         simulated(throttle="sometimes")
     with pytest.raises(ValueError, match="timeout"):

@@ -73,6 +73,10 @@ void validate(const SchedulerConfig& c) {
   if (c.reserved_sms && *c.reserved_sms < 0) {
     fail("reserved_sms must be 0 (no partition) or more, got " + std::to_string(*c.reserved_sms));
   }
+  if (!(c.latency_error_budget >= 1.0 && std::isfinite(c.latency_error_budget))) {
+    fail("latency_error_budget must be at least 1 (one job over the target), got " +
+         std::to_string(c.latency_error_budget));
+  }
   if (!(c.latency_ratio >= 1.0 && std::isfinite(c.latency_ratio))) {
     fail("latency_ratio must be at least 1 (a kind's p99 alone), got " + std::to_string(c.latency_ratio));
   }

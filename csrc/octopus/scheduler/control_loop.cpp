@@ -29,6 +29,7 @@ constexpr double kReserveFractions[] = {0.06, 0.12, 0.18, 0.25};
 ControllerOptions controller_options(const SchedulerConfig& config) {
   ControllerOptions o;
   o.default_ratio = config.latency_ratio;
+  o.budget_cap = config.latency_error_budget;
   return o;
 }
 

@@ -54,6 +54,10 @@ class SchedulerConfig:
             holders pause, unless they are pinned below.
         latency_ratio: the target of a latency-critical kind without one of its own: p99
             within this multiple of its p99 measured with no best-effort work on the device.
+        latency_error_budget: the most jobs over its target a kind may bank before the
+            controller holds best-effort work back further (its error budget: over time 1% of
+            its jobs may be over the target; a bigger budget absorbs longer bursts of them
+            and reacts later to a lasting change).
         throttle: pins when best-effort holders pause at :meth:`Lease.checkpoint`: ``"held"``
             (while a latency-critical lease is held or waiting on the device), ``"waiting"``
             (only while one waits), ``"off"``. None: the controller's (``"held"`` without it).
@@ -87,6 +91,7 @@ class SchedulerConfig:
     timeline_capacity: int = 1 << 20
     latency_control: bool = True
     latency_ratio: float = 1.5
+    latency_error_budget: float = 2.0
     throttle: str | None = None
     best_effort_in_flight: int | None = None
     best_effort_max_pause: float | None = _option(0.25, "best_effort_max_pause_s", _seconds_or_forever)

@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=1,
                    help="runs of every mode but the alone ones (the controller's outcome varies from run to run: "
                         "the table then says in how many runs each mode met each target)")
+    p.add_argument("--error-budgets", type=float, nargs="+", default=None, metavar="N",
+                   help="run the controller modes once per SchedulerConfig.latency_error_budget given (an A/B)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -54,7 +56,7 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
                     getattr(args, "stall_dump", None))
     rows: List[Dict[str, Any]] = []
     repeats = getattr(args, "repeats", 1)
-    for mode in modes(sweep=not args.no_sweep):
+    for mode in modes(sweep=not args.no_sweep, error_budgets=getattr(args, "error_budgets", None)):
         if args.only and mode.kind != "alone" and not any(text in mode.name for text in args.only):
             continue
         for repeat in range(1 if mode.kind == "alone" else repeats):

@@ -6,7 +6,7 @@ and octopus's latency controller with no settings at two targets."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 
 @dataclass
@@ -43,8 +43,9 @@ SWEEP = [
 TARGET_RATIOS = (1.5, 3.0)
 
 
-def modes(sweep: bool = True) -> List[Mode]:
-    """Every mode of one workload, in the order they run."""
+def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None) -> List[Mode]:
+    """Every mode of one workload, in the order they run; with ``error_budgets``, the
+    controller at each target once per ``latency_error_budget`` (an A/B of the controller)."""
     out = [Mode("LC alone", "normal", "none", kind="alone"),
            Mode("BE alone", "none", "normal", kind="alone"),
            Mode("plain streams", "normal", "normal"),
@@ -53,6 +54,11 @@ def modes(sweep: bool = True) -> List[Mode]:
         out += [Mode(f"fixed: {name}", "lease", "lease", kind="sweep", slice_budget_s=budget,
                      options=dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
                                   throttle=throttle)) for name, sms, in_flight, throttle, budget in SWEEP]
-    out += [Mode(f"octopus latency control, target {r:g}x", "lease", "lease", kind="controller", target_ratio=r,
-                 options=dict(latency_ratio=r)) for r in TARGET_RATIOS]
+    if not error_budgets:
+        out += [Mode(f"octopus latency control, target {r:g}x", "lease", "lease", kind="controller", target_ratio=r,
+                     options=dict(latency_ratio=r)) for r in TARGET_RATIOS]
+    else:
+        out += [Mode(f"octopus latency control, target {r:g}x, error budget {b:g}", "lease", "lease",
+                     kind="controller", target_ratio=r, options=dict(latency_ratio=r, latency_error_budget=b))
+                for r in TARGET_RATIOS for b in error_budgets]
     return out
