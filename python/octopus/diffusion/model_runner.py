@@ -78,9 +78,9 @@ class CapturedCalls:
     The graphs of a family share one memory pool (a graph's intermediates are reused by the
     others, as ``make_graphed_callables`` and serving systems do): with a pool each, every
     graph's intermediates stay reserved, and a large model captured at many batch sizes
-    needs the sum of them. Sharing is safe because a family's replays are ordered on the device (an
-    iteration's replay waits for the previous iteration's step, which waits for its model
-    calls) and each replay's output is consumed on its stream before the next."""
+    needs the sum of them. Sharing is safe because a family's replays are ordered on the
+    device (an iteration's replay waits for the previous iteration's step, which waits for
+    its model calls) and each replay's output is consumed on its stream before the next."""
 
     def __init__(self, model: Callable[..., Any], max_graphs: int, device: torch.device, capture_priority: int = 0):
         self.model, self.max_graphs, self.device, self.capture_priority = model, max_graphs, device, capture_priority
