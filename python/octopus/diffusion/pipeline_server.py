@@ -76,8 +76,8 @@ class _Request:
 
 class _StageClock:
     """Seconds spent in each stage's calls: device time between CUDA events recorded on the
-    stage's stream around them on a GPU (read when asked, once the work is done), the host
-    clock on the CPU."""
+    stage's stream around them on a GPU (added once the work is done there), the host clock
+    on the CPU."""
 
     def __init__(self, device: torch.device):
         self._on_gpu = device.type == "cuda"
@@ -94,6 +94,7 @@ class _StageClock:
             end.record()
             with self._lock:
                 self._pending.append((stage, start, end))
+                self._add_finished()  # (the list stays short however long the server runs)
             return
         began = time.perf_counter()
         yield
@@ -105,13 +106,24 @@ class _StageClock:
             self._seconds[stage] += seconds
 
     def seconds(self) -> dict[str, float]:
+        """Every stage's seconds so far (waiting for the device's work measured until now)."""
         with self._lock:
-            pending, self._pending = self._pending, []
-        for stage, start, end in pending:
+            ends = [end for _, _, end in self._pending]
+        for end in ends:  # outside the lock: the stages' threads go on meanwhile
             end.synchronize()
-            self._seconds[stage] += start.elapsed_time(end) / 1e3
         with self._lock:
+            self._add_finished()
             return dict(self._seconds)
+
+    def _add_finished(self) -> None:
+        """Adds the pairs whose work is done on the device (under the lock)."""
+        unfinished = []
+        for stage, start, end in self._pending:
+            if end.query():
+                self._seconds[stage] += start.elapsed_time(end) / 1e3
+            else:
+                unfinished.append((stage, start, end))
+        self._pending = unfinished
 
 
 def _family(pipe: Any) -> str:
