@@ -238,3 +238,24 @@ def test_stats_count_each_stage_and_time_it(pipe):
     assert stats["sampler"]["completed"] == 3
     for stage in ("encode_s", "decode_s", "postprocess_s"):
         assert stats[stage] > 0, stage
+
+
+def _request(priority, name):
+    return od.pipeline_server._Request(name, None, 7.5, {}, (4, 8, 8), "latent", 0, None, priority)
+
+
+def test_the_encoder_and_decoder_take_the_highest_priority_first():
+    low, normal, high, high2 = _request(-1, "low"), _request(0, "n"), _request(1, "h"), _request(1, "h2")
+    groups = od.pipeline_server._by_priority([normal, high, low, high2])
+    assert [[r.prompt for r in g] for g in groups] == [["h", "h2"], ["n"], ["low"]]
+    waiting = [(normal, "a"), (high, "b"), (low, "c"), (high2, "d"), (normal, "e")]
+    turn, rest = od.pipeline_server._next_to_decode(waiting, limit=8)
+    assert turn == [(high, "b"), (high2, "d")] and rest == [(normal, "a"), (low, "c"), (normal, "e")]
+    turn, rest = od.pipeline_server._next_to_decode(rest, limit=1)  # at most `limit`, in finishing order
+    assert turn == [(normal, "a")] and rest == [(low, "c"), (normal, "e")]
+
+
+def test_decode_batch_must_be_a_positive_int(pipe):
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="decode_batch must be a positive int"):
+            od.PipelineServer(pipe, decode_batch=bad)

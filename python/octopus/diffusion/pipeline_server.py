@@ -9,9 +9,13 @@ Three stages, each batched across requests:
 * **denoising**: a :class:`~octopus.diffusion.ContinuousSampler` over the pipeline's UNet, each
   request with its own size, sampler, step count, guidance and priority;
 * **decoding**: a thread decodes the latents of the requests that finished together, one VAE
-  call per latent size (on a stream leased from the sampler's ``stream_scheduler`` where there
-  is one, so decoding overlaps the sampler's next iterations), then post-processes them as the
-  pipeline does (``output_type``).
+  call per latent size and at most ``decode_batch`` images (on a stream leased from the
+  sampler's ``stream_scheduler`` where there is one, so decoding overlaps the sampler's next
+  iterations), then post-processes them as the pipeline does (``output_type``).
+
+Encoding and decoding follow the requests' priorities: the encoder encodes the highest
+priority's prompts first, and the decoder takes the highest priority's finished requests
+first, so a high-priority request waits behind at most one decode call of others.
 
 Each request equals the pipeline called alone with the same seed: the same prompt encoding,
 initial noise (``torch.randn`` of the latents' shape from ``torch.Generator().manual_seed(seed)``,
@@ -41,6 +45,7 @@ from typing import Any, Callable, Deque, Iterator, Sequence
 import torch
 
 from ..scheduling import StreamScheduler
+from ..scheduling.arguments import parse_priority
 from .continuous import ContinuousSampler
 from .requests import SampleResult, config_values
 
@@ -72,6 +77,7 @@ class _Request:
     output_type: str
     seed: int
     future: concurrent.futures.Future[GeneratedImage]
+    priority: int = 0  # the sampler's order (higher first): also the encoder's and the decoder's
 
 
 class _StageClock:
@@ -124,6 +130,22 @@ class _StageClock:
             else:
                 unfinished.append((stage, start, end))
         self._pending = unfinished
+
+
+def _by_priority(requests: list[_Request]) -> list[list[_Request]]:
+    """The requests in groups of one priority, highest first, each in arrival order."""
+    ranks = sorted({r.priority for r in requests}, reverse=True)
+    return [[r for r in requests if r.priority == rank] for rank in ranks]
+
+
+def _next_to_decode(waiting: list[tuple[_Request, SampleResult]], limit: int
+                    ) -> tuple[list[tuple[_Request, SampleResult]], list[tuple[_Request, SampleResult]]]:
+    """The decoder's next turn: of the finished requests waiting, the highest priority's
+    first ``limit`` (in the order they finished); and the others, left for later turns."""
+    top = max(r.priority for r, _ in waiting)
+    chosen = [item for item in waiting if item[0].priority == top][:limit]
+    taken = {id(item) for item in chosen}
+    return chosen, [item for item in waiting if id(item) not in taken]
 
 
 def _family(pipe: Any) -> str:
@@ -190,14 +212,19 @@ class PipelineServer:
     """Serves a diffusers text-to-image pipeline (Stable Diffusion 1.x / 2.x, SDXL, SD3) with
     continuous batching. ``max_batch``, ``stream_scheduler``, ``cuda_graphs`` and the other
     keyword arguments go to the :class:`~octopus.diffusion.ContinuousSampler` over the
-    pipeline's UNet or transformer (whose default sampler is the pipeline's scheduler). ``prompt_cache``: how many encoded
-    prompts to keep. Use it as a context manager, or call :meth:`close`."""
+    pipeline's UNet or transformer (whose default sampler is the pipeline's scheduler).
+    ``prompt_cache``: how many encoded prompts to keep; ``decode_batch``: the most images one
+    VAE call decodes (a high-priority request that finishes waits behind at most one such
+    call). Use it as a context manager, or call :meth:`close`."""
 
     def __init__(self, pipe: Any, *, max_batch: int = 32, stream_scheduler: StreamScheduler | None = None,
-                 prompt_cache: int = 256, **sampler_options: Any):
+                 prompt_cache: int = 256, decode_batch: int = 8, **sampler_options: Any):
         self._kind = _family(pipe)
         if isinstance(prompt_cache, bool) or not isinstance(prompt_cache, int) or prompt_cache < 0:
             raise ValueError(f"prompt_cache must be a non-negative int, got {prompt_cache!r}")
+        if isinstance(decode_batch, bool) or not isinstance(decode_batch, int) or decode_batch < 1:
+            raise ValueError(f"decode_batch must be a positive int, got {decode_batch!r}")
+        self._decode_batch = decode_batch
         self.pipe = pipe
         self._call_parameters = inspect.signature(pipe.__call__).parameters
         self._denoiser = pipe.transformer if self._kind == "sd3" else pipe.unet
@@ -218,7 +245,7 @@ class PipelineServer:
         self._cache_size = prompt_cache
         self._lock = threading.Condition()
         self._to_encode: Deque[_Request] = collections.deque()
-        self._to_decode: Deque[tuple[_Request, SampleResult]] = collections.deque()
+        self._to_decode: list[tuple[_Request, SampleResult]] = []
         self._closing = False
         self._counts = dict(prompts_encoded=0, images_decoded=0)
         self._clock = _StageClock(self.device)
@@ -318,6 +345,7 @@ class PipelineServer:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % factor:
                 raise ValueError(f"{name} must be a positive multiple of the VAE's scale factor {factor}, "
                                  f"got {value!r}")
+        rank = parse_priority(priority)
         seed = int(torch.randint(0, 2 ** 62, ()).item()) if seed is None else int(seed)
         shape = (int(self._denoiser.config.in_channels), height // factor, width // factor)
         fields = dict(shape=shape, num_inference_steps=num_inference_steps, seed=seed, eta=eta, priority=priority,
@@ -328,7 +356,8 @@ class PipelineServer:
             base = config_values(self.pipe.scheduler.config)
             fields["scheduler"] = scheduler if scheduler is not None else type(self.pipe.scheduler).__name__
             fields["scheduler_config"] = dict(base, **(scheduler_config or {}))
-        return _Request(prompt, negative_prompt, float(guidance_scale), fields, shape, output_type, seed, future)
+        return _Request(prompt, negative_prompt, float(guidance_scale), fields, shape, output_type, seed, future,
+                        rank)
 
     def _call_default(self, name: str, fallback: Any) -> Any:
         """The default of the pipeline's ``__call__`` argument ``name`` (SD: guidance 7.5, SDXL: 5.0)."""
@@ -346,7 +375,8 @@ class PipelineServer:
                     return
                 batch = list(self._to_encode)
                 self._to_encode.clear()
-            self._encode_and_submit(batch)
+            for group in _by_priority(batch):
+                self._encode_and_submit(group)
 
     def _encode_and_submit(self, batch: list[_Request]) -> None:
         """Encodes the batch's uncached prompts in one call per guidance mode (and, guided,
@@ -442,8 +472,7 @@ class PipelineServer:
                     self._lock.wait()
                 if not self._to_decode:
                     return
-                batch = list(self._to_decode)
-                self._to_decode.clear()
+                batch, self._to_decode = _next_to_decode(self._to_decode, self._decode_batch)
             self._decode(batch)
 
     @torch.no_grad()
