@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from octopus.bench import serving
 
@@ -70,3 +71,15 @@ def test_derived_serial_latencies_follow_one_fifo_server():
     service = {0: 1.0, 1: 1.0, 2: 0.5, 3: 0.2}
     # 0 runs 0-1; at 1.0 both 1 and 2 wait, the high-priority 2 goes first (1-1.5), then 1 (1.5-2.5); 3 alone.
     assert serving.derived_serial(workload, service) == pytest.approx({0: 1.0, 2: 1.5, 1: 2.5, 3: 5.2})
+
+
+def test_peer_graphs_are_prepared_largest_batch_first_with_the_conditioning_repeated():
+    from octopus.bench.serving.peers import prepare_peer_graphs
+    calls = []
+    states = torch.arange(6.0).view(3, 2)  # one sample's conditioning
+    prepare_peer_graphs(lambda x, t, kwargs: calls.append((tuple(x.shape), tuple(t.shape), kwargs)),
+                        [(4, 2, 2), (4, 3, 3)], [2, 6, 4, 6], torch.device("cpu"), torch.float32,
+                        {"encoder_hidden_states": states})
+    assert [(x, t) for x, t, _ in calls] == [((n, 4, s, s), (n,)) for s in (2, 3) for n in (6, 6, 4, 4, 2, 2)]
+    for x, _, kwargs in calls:
+        assert torch.equal(kwargs["encoder_hidden_states"], states.expand(x[0], 3, 2))

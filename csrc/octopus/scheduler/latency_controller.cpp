@@ -149,9 +149,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     } else if (k.budget < 0.0) {
       climb(severe ? 2 : 1, now_s);
     } else if (median_over) {
-      const int64_t before = climbs_;
-      climb(1, now_s);
-      median_climbs_ += climbs_ - before;
+      if (climb(1, now_s)) median_climbs_ += 1;
     }
   }
   update_probe(now_s);
@@ -170,11 +168,11 @@ void LatencyController::tick(double now_s) {
   maybe_descend(now_s);
 }
 
-void LatencyController::climb(int steps, double now_s) {
+bool LatencyController::climb(int steps, double now_s) {
   const int top = static_cast<int>(ladder_.size()) - 1;
-  const int from = step_;
-  if (std::min(top, step_ + steps) == from) return;
-  move_to(std::min(top, step_ + steps), now_s);
+  const int from = step_, to = std::min(top, step_ + steps);
+  if (to == from) return false;
+  move_to(to, now_s);
   climbs_ += 1;
   // Climbing back from a step just descended to: that step waits longer next time.
   if (from == last_descent_to_ && now_s - last_descent_s_ < options_.undo_s) {
@@ -189,6 +187,7 @@ void LatencyController::climb(int steps, double now_s) {
     k.budget = options_.budget_cap;
     k.recent.clear();
   }
+  return true;
 }
 
 void LatencyController::check_infeasible(const std::string& name, Kind& k, double target) {

@@ -180,7 +180,8 @@ class LatencyController {
   std::optional<double> target_s(const Kind& k) const;
   // The median bound of a kind with a relative target and enough alone samples (else none).
   std::optional<double> median_bound_s(const Kind& k) const;
-  void climb(int steps, double now_s);
+  // Climbs up to `steps` steps; false where it was at the top already.
+  bool climb(int steps, double now_s);
   // Moves to `step`, adding the time at the step left to its account.
   void move_to(int step, double now_s);
   void check_infeasible(const std::string& name, Kind& k, double target);

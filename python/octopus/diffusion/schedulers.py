@@ -644,9 +644,11 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     lower_order_final, euler_at_final, final_sigmas_type zero / sigma_min; use_karras_sigmas
     ("DPM++ 2M Karras"), use_exponential_sigmas or use_beta_sigmas (scipy). A sample's first
-    step is first order; its later steps need the history of its previous step (steps must follow each other:
-    ``validate`` checks it, and tells a repeated timestep's steps apart by it); solver_order 3
-    ("DPM++ 3M", dpmsolver++ only: each sample's last two x0 kept). Not: lu / flow sigmas, thresholding, sde-dpmsolver (without ++), order 1, heun, custom timesteps.
+    step is first order; its later steps need the history of its previous step (steps must
+    follow each other: ``validate`` checks it, and tells a repeated timestep's steps apart by
+    it); solver_order 3 ("DPM++ 3M", dpmsolver++ only: each sample's last two x0 kept). Not:
+    lu / flow sigmas, thresholding, sde-dpmsolver (without ++), order 1, heun, custom
+    timesteps.
     """
 
     _config_keys: Tuple[str, ...] = (

@@ -75,7 +75,7 @@ def run(args) -> dict:
         if "step-level-graphs" in args.modes:  # the strongest plain server: its model calls in CUDA graphs
             peer_graphs = CapturedCalls(model, 2 * args.max_batch * len(args.shapes), device)
             print("warm-up: step-level-graphs (capturing CUDA graphs)", file=sys.stderr)
-            prepare_peer_graphs(peer_graphs, args.shapes, args.max_batch, device, dtype)
+            prepare_peer_graphs(peer_graphs, args.shapes, range(1, args.max_batch + 1), device, dtype)
         return _run(args, device, dtype, model, servers, peer_graphs)
     finally:
         for server in servers.values():
@@ -92,7 +92,7 @@ def _run(args, device, dtype, model, servers, peer_graphs: CapturedCalls | None)
         server.run(warm, args.run_timeout)
     unloaded = {}
     if args.high_share > 0 and servers:
-        unloaded = unloaded_latencies(servers.get("octopus-graphs") or next(iter(servers.values())), base)
+        unloaded = unloaded_latencies((servers.get("octopus-graphs") or next(iter(servers.values()))).submit, base)
     serial_service = None
     high_only: List[dict] = []
     for rate in sorted(args.rates):

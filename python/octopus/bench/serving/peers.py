@@ -192,17 +192,19 @@ def run_step_level(model, workload, device, dtype, timeout, max_batch: int,
 
 
 @torch.no_grad()
-def prepare_peer_graphs(graphs: CapturedCalls, shapes, max_batch: int, device: torch.device,
-                        dtype: torch.dtype) -> None:
-    """Captures the step-level peer's graphs before it is measured, as octopus-graphs' sampler
-    captures its own: every shape at every batch size, the largest first (a key's first call
-    runs eagerly, its second is captured)."""
+def prepare_peer_graphs(graphs: CapturedCalls, shapes, batch_sizes, device: torch.device, dtype: torch.dtype,
+                        conditioning: Dict[str, torch.Tensor] | None = None) -> None:
+    """Captures a step-level peer's graphs before it is measured, as octopus's sampler
+    captures its own (``prepare_graphs``): every shape at every batch size, the largest first
+    (a family's graphs share a memory pool), with ``conditioning``: one sample's model keyword
+    tensors, repeated for the batch. A key's first call runs eagerly, its second is captured."""
     for shape in shapes:
-        for n in range(max_batch, 0, -1):
+        for n in sorted(set(batch_sizes), reverse=True):
             x = torch.zeros((n, *shape), device=device, dtype=dtype)
             t = torch.full((n,), 500.0, device=device)
+            kwargs = {k: v.expand(n, *v.shape).contiguous() for k, v in (conditioning or {}).items()}
             for _ in range(2):
-                graphs(x, t, {})
+                graphs(x, t, kwargs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

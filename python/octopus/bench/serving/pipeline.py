@@ -40,11 +40,11 @@ shares.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Dict, List
 
@@ -54,10 +54,12 @@ from octopus.diffusion.model_runner import CapturedCalls
 
 from ..report import environment
 from .measure import high_p99_over_unloaded, summarize
-from .peers import ArrivalLoop, finish
+from .octopus_server import submit_at_arrivals, unloaded_latencies
+from .peers import ArrivalLoop, finish, prepare_peer_graphs
 
-PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
-                     ("UniPCMultistepScheduler", {})]
+PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [
+    ("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
+    ("UniPCMultistepScheduler", {})]
 PIPELINE_SIZES = {"sd": (512, 768), "tiny": (32, 64)}
 PIPELINE_MODES = ("pipeline", "step-level-graphs", "octopus")
 _WORDS = ("a photo of red blue green small large old new cat dog house tree river city night day mountain "
@@ -116,7 +118,8 @@ def make_pipeline(name: str, device: torch.device, dtype: torch.dtype) -> tuple[
                                              requires_safety_checker=False)
     pipe = pipe.to(device=device, dtype=dtype)
     pipe.set_progress_bar_config(disable=True)
-    counts = {part: sum(p.numel() for p in getattr(pipe, part).parameters()) for part in ("unet", "text_encoder", "vae")}
+    counts = {part: sum(p.numel() for p in getattr(pipe, part).parameters())
+              for part in ("unet", "text_encoder", "vae")}
     return pipe, counts
 
 
@@ -241,49 +244,16 @@ def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeou
     return dict(completions=completions, images=images) if keep_images else dict(completions=completions)
 
 
-@torch.no_grad()
-def prepare_step_level_graphs(pipe: Any, graphs: CapturedCalls, sizes: tuple, max_batch: int,
-                              device: torch.device) -> None:
-    """Captures the step-level server's UNet graphs for every size and batch before it is
-    measured (a key's first call runs eagerly, its second is captured), largest batch first as
-    the octopus sampler's ``prepare_graphs`` does."""
-    seq, width = pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size
-    for size in sizes:
-        side = size // pipe.vae_scale_factor
-        for n in range(max_batch, 0, -1):  # largest first: the family's graphs share a memory pool
-            x = torch.zeros((2 * n, pipe.unet.config.in_channels, side, side), device=device, dtype=pipe.unet.dtype)
-            t = torch.full((2 * n,), 500.0, device=device)
-            states = torch.zeros((2 * n, seq, width), device=device, dtype=pipe.unet.dtype)
-            for _ in range(2):
-                graphs(x, t, {"encoder_hidden_states": states})
-    torch.cuda.synchronize(device)
-
-
 def run_octopus(server: Any, workload: List[dict], timeout: float) -> dict:
     """``octopus``: each request submitted to the PipelineServer at its arrival; completed when
     its image is ready. Also the device seconds of each stage over the run (``stages``)."""
     before = server.stats()
     server.sampler.iteration_timings()  # (those of earlier runs left out)
-    start = time.perf_counter()
-    completions: Dict[int, float] = {}
-    lock = threading.Lock()
-    futures = []
-    for spec in sorted(workload, key=lambda r: r["arrival"]):
-        time.sleep(max(0.0, spec["arrival"] - (time.perf_counter() - start)))
-        future = _submit(server, spec)
-
-        def done(f: concurrent.futures.Future, i: int = spec["id"]) -> None:
-            if f.exception() is None:
-                with lock:
-                    completions[i] = time.perf_counter() - start
-        future.add_done_callback(done)
-        futures.append(future)
-    concurrent.futures.wait(futures, timeout=max(0.0, timeout - (time.perf_counter() - start)))
+    completions = submit_at_arrivals(workload, functools.partial(_submit, server), timeout)
     after = server.stats()
     stages = {stage: after[f"{stage}_s"] - before[f"{stage}_s"] for stage in ("encode", "decode", "postprocess")}
     stages["denoise"] = sum(t["iteration"] for t in server.sampler.iteration_timings()) / 1e3
-    with lock:
-        return dict(completions=dict(completions), stages=stages)
+    return dict(completions=completions, stages=stages)
 
 
 def _submit(server: Any, spec: dict) -> concurrent.futures.Future:
@@ -291,16 +261,6 @@ def _submit(server: Any, spec: dict) -> concurrent.futures.Future:
                          height=spec["size"], width=spec["size"], seed=spec["seed"], scheduler=spec["scheduler"],
                          scheduler_config=spec["config"] or None, priority="high" if spec["high"] else "normal",
                          output_type="np")
-
-
-def unloaded_latencies(server: Any, workload: List[dict]) -> Dict[int, float]:
-    """Each high-priority request alone through the octopus server: arrival to image."""
-    latencies = {}
-    for spec in (r for r in workload if r["high"]):
-        start = time.perf_counter()
-        _submit(server, spec).result()
-        latencies[spec["id"]] = time.perf_counter() - start
-    return latencies
 
 
 def run(args: Any) -> dict:
@@ -312,11 +272,18 @@ def run(args: Any) -> dict:
     pipe, parameters = make_pipeline(args.pipeline, device, dtype)
     sizes = PIPELINE_SIZES[args.pipeline]
     trace = make_pipeline_workload(args.requests, args.seed, args.high_share, sizes, tuple(args.steps))
+    # What both batching servers capture: every latent size at every guided batch (two rows a
+    # sample), conditioned on one prompt's text embeddings.
+    latent_shapes = [(pipe.unet.config.in_channels, s // pipe.vae_scale_factor, s // pipe.vae_scale_factor)
+                     for s in sizes]
+    guided_batches = [2 * n for n in range(1, args.max_batch + 1)]
+    conditioning = {"encoder_hidden_states": torch.zeros(
+        (pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size), device=device, dtype=dtype)}
     graphs = None
     if cuda and "step-level-graphs" in args.modes:
         print("warm-up: step-level-graphs (capturing CUDA graphs)", file=sys.stderr)
         graphs = CapturedCalls(pipe.unet, 2 * args.max_batch * len(sizes), device)  # (its .sample taken)
-        prepare_step_level_graphs(pipe, graphs, sizes, args.max_batch, device)
+        prepare_peer_graphs(graphs, latent_shapes, guided_batches, device, pipe.unet.dtype, conditioning)
     print("warm-up: the pipeline, one short request per size", file=sys.stderr)
     for size in sizes:
         pipe("warm up", height=size, width=size, num_inference_steps=2, guidance_scale=GUIDANCE, output_type="np")
@@ -334,16 +301,11 @@ def run(args: Any) -> dict:
         if server is not None:  # its graphs captured before it is measured, as the step-level server's
             print("warm-up: octopus" + (" (capturing CUDA graphs)" if cuda else ""), file=sys.stderr)
             if cuda:
-                states = torch.zeros((pipe.tokenizer.model_max_length, pipe.text_encoder.config.hidden_size),
-                                     device=device, dtype=dtype)
-                server.sampler.prepare_graphs(
-                    [(pipe.unet.config.in_channels, s // pipe.vae_scale_factor, s // pipe.vae_scale_factor)
-                     for s in sizes], [2 * n for n in range(1, args.max_batch + 1)],  # guided: two rows a sample
-                    conditioning={"encoder_hidden_states": states},
-                    priority_batch_sizes=[2 * n for n in range(1, args.priority_batch + 1)])
+                server.sampler.prepare_graphs(latent_shapes, guided_batches, conditioning=conditioning,
+                                              priority_batch_sizes=guided_batches[:args.priority_batch])
             run_octopus(server, at_rate(trace[:min(len(trace), args.max_batch)], float("inf")), args.run_timeout)
             print("unloaded: each high-priority request alone through octopus", file=sys.stderr)
-            unloaded = unloaded_latencies(server, trace)
+            unloaded = unloaded_latencies(functools.partial(_submit, server), trace)
         saturated: Dict[str, float] = {}
         for load, rate_of in (("saturation", lambda: float("inf")),
                               ("60% of octopus's saturated rate", lambda: 0.6 * saturated.get("octopus", 0.0))):
