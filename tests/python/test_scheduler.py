@@ -302,6 +302,8 @@ def test_lease_stream_is_a_torch_stream(priority):
             y = torch.arange(10, device="cuda", dtype=torch.float32) * 2
         lease.stream.synchronize()
     assert torch.equal(y.cpu(), torch.arange(10, dtype=torch.float32) * 2)
+    # The release event is recorded at release, after the synchronize above: wait for it.
+    lease.release_event.synchronize()
     assert lease.release_event.done()
     high, normal = sched.acquire(priority="high"), sched.acquire()
     assert high.stream.priority < normal.stream.priority
