@@ -3,7 +3,7 @@ and its autograd formula."""
 
 from __future__ import annotations
 
-from typing import Optional, Union, overload
+from typing import Optional, Tuple, Union, overload
 
 import torch
 
@@ -33,6 +33,19 @@ def item_param(value: ParamLike, name: str, num_items: int, like: torch.Tensor, 
     if value.device != like.device:
         raise ValueError(f"{name} must be on the device of values ({like.device}), got {value.device}")
     return value if value.dtype == dtype else value.to(dtype)  # (no call into torch when it is ready)
+
+
+def item_params(a: ParamLike, a_name: str, a_fill: float, b: ParamLike, b_name: str, b_fill: float, num_items: int,
+                like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Two per-item parameters (item_param), per item and channel ``[M, C]`` both where one
+    is: the other, a number, None or an ``[M]`` tensor, then repeats over the channels.
+    Other shapes are left to the op's checks, which name the argument."""
+    pa, pb = item_param(a, a_name, num_items, like, a_fill), item_param(b, b_name, num_items, like, b_fill)
+    shapes = {pa.dim(), pb.dim()}
+    if shapes == {1, 2} and pa.shape[0] == pb.shape[0] == num_items:
+        c = (pa if pa.dim() == 2 else pb).shape[1]
+        pa, pb = (p if p.dim() == 2 else p.view(num_items, 1).expand(num_items, c).contiguous() for p in (pa, pb))
+    return pa, pb
 
 
 @overload
@@ -71,8 +84,7 @@ def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: Pa
     strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device)
     block_elems = resolve_block_elems(block_elems)
     m = len(batch)
-    s = item_param(scale, "scale", m, batch.values, 1.0)
-    b = item_param(bias, "bias", m, batch.values, 0.0)
+    s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, batch.values)
     out = torch.ops.octopus.affine(batch.values, batch.offsets, s, b, strategy, block_elems,
                                    batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))
@@ -90,8 +102,7 @@ def _affine_values(values: torch.Tensor, scale: ParamLike, bias: ParamLike, offs
     block_elems = resolve_block_elems(block_elems)
     # The op names what is wrong with offsets that have no entry (or not one dimension).
     m = max(offsets.shape[0] - 1, 0) if offsets.dim() == 1 else 0
-    s = item_param(scale, "scale", m, values, 1.0)
-    b = item_param(bias, "bias", m, values, 0.0)
+    s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, values)
     out: torch.Tensor = torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
     return out
 

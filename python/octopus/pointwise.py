@@ -10,7 +10,7 @@ import torch
 from . import tuning
 from ._messages import format_shape
 from ._registrations import item_sums, out_dtype, register_fake
-from .affine import ParamLike, item_param
+from .affine import ParamLike, item_params
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
@@ -26,15 +26,11 @@ def run_pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: 
     strategy, block_elems = tuning.resolve(strategy, block_elems, x.device)
     block_elems = resolve_block_elems(block_elems)
     m = len(x)
-    pa = item_param(a, a_name, m, x.values, 0.0)
-    pb = item_param(b, b_name, m, x.values, b_fill)
+    pa, pb = item_params(a, a_name, 0.0, b, b_name, b_fill, m, x.values)
     for p, name in ((pa, a_name), (pb, b_name)):
         if p.dim() not in (1, 2) or p.shape[0] != m:
             raise ValueError(f"{name} must have shape [num_items] or [num_items, channels] with num_items = {m}, "
                              f"got {format_shape(p.shape)}")
-    if pa.dim() != pb.dim():  # per item for one, per item and channel for the other
-        c = (pa if pa.dim() == 2 else pb).shape[1]
-        pa, pb = (p if p.dim() == 2 else p.view(m, 1).expand(m, c).contiguous() for p in (pa, pb))
     out = torch.ops.octopus.pointwise(x.values, x.offsets, kind, pa, pb, strategy, block_elems,
                                       x.metadata(strategy, block_elems), False)
     return given.result(x.with_values(out))

@@ -146,6 +146,20 @@ def test_plain_tensor_api_and_defaults(device):
     torch.testing.assert_close(octopus.affine(batch, bias=1.5).values, batch.values + 1.5)
 
 
+def test_per_channel_parameter_beside_a_default_or_per_item_one(device):
+    batch = random_batch(mixed_images(9, seed=4), device)
+    scale, bias = params(len(batch), 3, device, torch.float32)
+    per_item = torch.randn(len(batch), device=device)
+    zeros, ones = torch.zeros_like(scale), torch.ones_like(scale)
+    # A number, None or an [M] tensor beside an [M, C] one repeats over the channels.
+    for s, b, s_full, b_full in ((scale, None, scale, zeros), (None, bias, ones, bias), (2.0, bias, 2 * ones, bias),
+                                 (scale, per_item, scale, per_item[:, None].expand_as(scale))):
+        out = octopus.affine(batch, s, b)
+        torch.testing.assert_close(out.values.double().cpu(), reference(batch, s_full, b_full), rtol=1e-6, atol=1e-5)
+    with pytest.raises(ValueError, match="bias"):
+        octopus.affine(batch, scale, torch.randn(len(batch), 2, device=device))
+
+
 def test_non_contiguous_and_misaligned_values(device):
     base = torch.randn(2001, device=device)
     strided = base[::2]  # 1001 elements, stride 2
