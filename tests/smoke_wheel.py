@@ -58,8 +58,9 @@ def check_ragged_and_pointwise(g, device):
     assert equal(batch.offsets, torch.tensor([0, 60, 63, 99]))
     torch.ops.octopus.validate_layout(batch.offsets, batch.sizes, batch.numel())
 
-    item, begin, end = octopus.plan_blocks(octopus.plan(batch, block_elems=16))
+    item, begin, end, run = octopus.plan_blocks(octopus.plan(batch, block_elems=16))  # too small for runs
     ids = torch.repeat_interleave(torch.arange(3), torch.tensor([60, 3, 36]))
+    assert not run.any()
     assert equal(item, ids[begin]) and equal(torch.cat([torch.arange(b, e) for b, e in zip(begin, end)]),
                                              torch.arange(99))
     assert equal(torch.ops.octopus.lookup_table(batch.offsets, batch.numel()).long(), ids)

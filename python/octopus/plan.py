@@ -21,8 +21,11 @@ def plan(batch: Union[RaggedLike, torch.Tensor], block_elems: Optional[int] = No
     offsets tensor (int64 ``[M + 1]``) with ``num_values``.
 
     Format (int64 ``[capacity + 1, 2]``): row 0 is ``(count, block_elems)``; row ``1 + j``
-    for ``j < count`` is ``(begin, item << 32 | length)``: block j covers packed elements
-    ``[begin, begin + length)`` of ``item``. :func:`plan_blocks` decodes it.
+    for ``j < count`` is ``(begin, item << 32 | run << 31 | length)``: block j covers packed
+    elements ``[begin, begin + length)`` of ``item``, or, where ``run`` is set, of the
+    consecutive small items from ``item`` on (at most 32 items of at most
+    ``min(block_elems // 32, 256)`` elements each, within one window of 32 item indices).
+    :func:`plan_blocks` decodes it.
     """
     if not isinstance(batch, torch.Tensor) or batch.is_nested:
         return as_ragged(batch, "batch").batch.plan(block_elems)
@@ -32,15 +35,19 @@ def plan(batch: Union[RaggedLike, torch.Tensor], block_elems: Optional[int] = No
     return out
 
 
-def plan_blocks(plan_tensor: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Decodes a plan into ``(item, begin, end)`` int64 tensors of its blocks (on the CPU)."""
+def plan_blocks(plan_tensor: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Decodes a plan into ``(item, begin, end, run)`` tensors of its blocks (on the CPU):
+    int64 ``item``, ``begin`` and ``end``, and bool ``run``, set for a block that covers a run
+    of whole small items from ``item`` on (each element then belongs to the last item that
+    starts at or before it)."""
     p = plan_tensor.cpu()
     count = int(p[0, 0])
     rows = p[1:1 + count]
     item = rows[:, 1] >> 32
     begin = rows[:, 0]
-    end = begin + (rows[:, 1] & 0xFFFFFFFF)
-    return item, begin, end
+    end = begin + (rows[:, 1] & 0x7FFFFFFF)
+    run = (rows[:, 1] & 0x80000000) != 0
+    return item, begin, end, run
 
 
 @register_fake("octopus::plan")

@@ -20,8 +20,29 @@ Built build(const std::vector<int64_t>& offsets, int64_t block_elems) {
   return b;
 }
 
-// Every element covered exactly once, no block crosses an item, no block exceeds the
-// block size, blocks in order, header right, unused rows zeroed.
+// Blocks a plan should have, by the rule in plan.h: runs of small items per window of
+// kRunItems item indices (one block if they hold any element), blocks_for otherwise.
+int64_t reference_count(const std::vector<int64_t>& offsets, int64_t block_elems) {
+  const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
+  const int64_t small = octopus::run_item_elems(block_elems);
+  int64_t count = 0;
+  for (int64_t i = 0; i < m;) {
+    if (offsets[i + 1] - offsets[i] > small) {
+      count += octopus::blocks_for(offsets[i], offsets[i + 1], block_elems);
+      ++i;
+      continue;
+    }
+    int64_t e = i + 1;
+    while (e < m && e % octopus::kRunItems != 0 && offsets[e + 1] - offsets[e] <= small) ++e;
+    count += offsets[e] > offsets[i] ? 1 : 0;
+    i = e;
+  }
+  return count;
+}
+
+// Every element covered exactly once, no block of one item crosses it, a run holds whole
+// small items of one window, no block exceeds the block size, blocks in order, header
+// right, unused rows zeroed.
 void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems) {
   const Built b = build(offsets, block_elems);
   const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
@@ -29,24 +50,35 @@ void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems)
   ASSERT_EQ(b.plan[0], b.count);
   ASSERT_EQ(b.plan[1], block_elems);
   ASSERT_LE(b.count, octopus::plan_capacity(n, m, block_elems));
+  EXPECT_EQ(b.count, reference_count(offsets, block_elems));
   int64_t next = 0;  // blocks tile [0, n) in order
-  int64_t expected_blocks = 0;
-  for (int64_t i = 0; i < m; ++i) expected_blocks += octopus::blocks_for(offsets[i], offsets[i + 1], block_elems);
-  EXPECT_EQ(b.count, expected_blocks);
   for (int64_t j = 0; j < b.count; ++j) {
     const int64_t begin = b.plan[2 * (j + 1)];
-    const int64_t item = octopus::block_item(b.plan[2 * (j + 1) + 1]);
-    const int64_t len = octopus::block_length(b.plan[2 * (j + 1) + 1]);
+    const int64_t packed = b.plan[2 * (j + 1) + 1];
+    const int64_t item = octopus::block_item(packed);
+    const int64_t len = octopus::block_length(packed);
     ASSERT_EQ(begin, next) << "block " << j;
     ASSERT_GT(len, 0);
     ASSERT_LE(len, block_elems);
     ASSERT_GE(item, 0);
     ASSERT_LT(item, m);
-    ASSERT_GE(begin, offsets[item]);
-    ASSERT_LE(begin + len, offsets[item + 1]) << "block " << j << " crosses item " << item;
-    // Only an item's first block may start off a block_elems boundary.
-    if (begin != offsets[item]) ASSERT_EQ(begin % block_elems, 0) << "block " << j;
-    ASSERT_EQ(begin / block_elems, (begin + len - 1) / block_elems) << "block " << j << " spans a boundary";
+    ASSERT_EQ(octopus::block_is_run(packed), offsets[item + 1] - offsets[item] <= octopus::run_item_elems(block_elems))
+        << "block " << j << ": a run exactly where its first item is small";
+    if (octopus::block_is_run(packed)) {
+      ASSERT_EQ(begin, offsets[item]) << "block " << j;
+      int64_t last = item;
+      while (offsets[last + 1] < begin + len) ++last;
+      ASSERT_EQ(offsets[last + 1], begin + len) << "run " << j << " ends inside item " << last;
+      ASSERT_EQ(item / octopus::kRunItems, last / octopus::kRunItems) << "run " << j << " spans two windows";
+      for (int64_t i = item; i <= last; ++i)
+        ASSERT_LE(offsets[i + 1] - offsets[i], octopus::run_item_elems(block_elems)) << "run " << j << ", item " << i;
+    } else {
+      ASSERT_GE(begin, offsets[item]);
+      ASSERT_LE(begin + len, offsets[item + 1]) << "block " << j << " crosses item " << item;
+      // Only an item's first block may start off a block_elems boundary.
+      if (begin != offsets[item]) ASSERT_EQ(begin % block_elems, 0) << "block " << j;
+      ASSERT_EQ(begin / block_elems, (begin + len - 1) / block_elems) << "block " << j << " spans a boundary";
+    }
     next = begin + len;
   }
   EXPECT_EQ(next, n);
@@ -79,6 +111,25 @@ TEST(Plan, OneItemSplitIntoBlocks) {
   EXPECT_EQ(octopus::block_length(b.plan[7]), 2);
   expect_valid_plan({0, 10}, 4);
   expect_valid_plan({0, 12}, 4);
+}
+
+TEST(Plan, SmallItemsFormRunsPerWindowOf32) {
+  // 40 items of 10 elements, then one of 100, with blocks of 1024 (small: at most 32): items
+  // 0-31 are one run, 32-39 another, item 40 a block of its own.
+  std::vector<int64_t> offsets{0};
+  for (int i = 0; i < 40; ++i) offsets.push_back(offsets.back() + 10);
+  offsets.push_back(offsets.back() + 100);
+  const Built b = build(offsets, 1024);
+  ASSERT_EQ(b.count, 3);
+  EXPECT_EQ(b.plan[2], 0);
+  EXPECT_EQ(b.plan[3], octopus::pack_run(0, 320));
+  EXPECT_EQ(b.plan[4], 320);
+  EXPECT_EQ(b.plan[5], octopus::pack_run(32, 80));
+  EXPECT_EQ(b.plan[6], 400);
+  EXPECT_EQ(b.plan[7], octopus::pack_block(40, 100));
+  expect_valid_plan(offsets, 1024);
+  // Blocks too small for a run of one-element items (block_elems / 32 = 0): none.
+  EXPECT_EQ(build({0, 1, 2, 3}, 16).count, 3);
 }
 
 TEST(Plan, RandomBatches) {

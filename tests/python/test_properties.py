@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import octopus
-from conftest import random_batch
+from conftest import random_batch, reference_plan_rows
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -56,10 +56,14 @@ def packed(tensors):
 def test_plan_covers_every_element_once_within_items(device, dims, data, block, seed):
     shapes = data.draw(item_shapes(dims))
     batch = random_batch(shapes, device, seed=seed, item_dim=dims)
-    item, begin, end = octopus.plan_blocks(octopus.plan(batch, block))
+    plan = octopus.plan(batch, block)
+    item, begin, end, run = octopus.plan_blocks(plan)
     offsets = batch.host_layout()[0]
+    assert [(b, i, e - b, r) for b, i, e, r in zip(begin.tolist(), item.tolist(), end.tolist(), run.tolist())] == \
+        reference_plan_rows(offsets, block)
     assert bool(((end - begin) > 0).all()) and bool(((end - begin) <= block).all())
-    assert bool((begin >= offsets[item]).all()) and bool((end <= offsets[item + 1]).all())
+    single = ~run  # blocks of one item never cross it
+    assert bool((begin[single] >= offsets[item[single]]).all()) and bool((end[single] <= offsets[item[single] + 1]).all())
     covered = torch.zeros(batch.numel(), dtype=torch.int64)
     for b, e in zip(begin.tolist(), end.tolist()):
         covered[b:e] += 1

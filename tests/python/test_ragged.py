@@ -83,8 +83,9 @@ def test_offsets_past_2_pow_31_are_representable():
     offsets = torch.tensor([0, 10, n])
     torch.ops.octopus.validate_layout(offsets, torch.tensor([[10], [1 << 31]]), n)
     plan = torch.ops.octopus.plan(offsets, n, 1 << 20)
-    item, begin, end = octopus.plan_blocks(plan)
+    item, begin, end, run = octopus.plan_blocks(plan)
     assert int(end[-1]) == n and int(item[-1]) == 1
+    assert run.tolist()[0] and not run[1:].any()  # the 10-element item is a run of its own
 
 
 class TestBadInput:

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 
 #include "octopus/core/plan.h"
@@ -123,6 +124,19 @@ void check_metadata_contents_cpu(const at::Tensor& meta, Strategy strategy, cons
   for (int64_t j = 0; j < count; ++j) {
     const int64_t begin = plan[2 * (j + 1)], packed = plan[2 * (j + 1) + 1];
     const int64_t item = block_item(packed), end = begin + block_length(packed);
+    if (block_is_run(packed)) {
+      // A run's elements go to the last item that starts at or before them: from the run's
+      // first item on, through at most kRunItems items.
+      const int64_t last = item >= 0 && item < m ? std::min(item + kRunItems, m) - 1 : -1;
+      const auto run_extent = [&] {
+        return last >= 0 ? "hold [" + std::to_string(off[item]) + ", " + std::to_string(off[last + 1]) + ")"
+                         : extent(item);
+      };
+      TORCH_CHECK_VALUE(last >= 0 && off[item] <= begin && begin <= end && end <= off[last + 1], "metadata: plan block ",
+                        j, " puts elements [", begin, ", ", end, ") in the run of items from ", item, " to ", last,
+                        ", which ", run_extent(), " (pass metadata=None, or a plan octopus built)");
+      continue;
+    }
     TORCH_CHECK_VALUE(holds(item, begin, end), "metadata: plan block ", j, " puts elements [", begin, ", ", end,
                       ") in item ", item, ", which ", extent(item), " (pass metadata=None, or a plan octopus built)");
   }

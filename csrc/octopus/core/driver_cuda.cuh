@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -122,15 +123,112 @@ __device__ __forceinline__ void run_tile_per_element(const Loc& loc, const Op& o
   for (int64_t g = a1 + lane; g < t1; g += 32) op.one(op.item(loc.find(g)), g);
 }
 
+// The lane among `start` (each lane's item start, non-decreasing over the lanes) of the last
+// item that starts at or before x; lane 0 where none does. Every lane of the warp must call it.
+__device__ __forceinline__ int run_lane_of(int start, int x) {
+  int lane = 0;
+#pragma unroll
+  for (int step = 16; step > 0; step >>= 1) {
+    if (__shfl_sync(0xffffffffu, start, lane + step) <= x) lane += step;
+  }
+  return lane;
+}
+
+// Whether a functor's runs are taken one item at a time: functors with segment(), and those
+// that say Op::kLanesFindItems = false (their items are never small, e.g. latents and crops,
+// and the lane search's registers would only make the kernel spill).
+template <class Op, class = void>
+struct LanesFindItems : std::bool_constant<!HasSegment<Op>::value> {};
+template <class Op>
+struct LanesFindItems<Op, std::void_t<decltype(Op::kLanesFindItems)>>
+    : std::bool_constant<!HasSegment<Op>::value && Op::kLanesFindItems> {};
+
+// A warp processes a run of whole small items: the packed elements [g0, g1) of items first,
+// first + 1, ... (at most kRunItems of them). Lane l holds item first + l's start, and
+// every vector finds its item among the lanes with five shuffles; kRunUnroll vectors are in
+// flight per lane across item boundaries, where a block per item had one item's few
+// elements. Positions are int32 from g0 (a run is at most a block row's 2^31 - 1 elements),
+// which keeps the path within the driver's register budget.
+constexpr int kRunUnroll = 2;
+
+template <class Op>
+__device__ __forceinline__ void run_items(const Op& op, const int64_t* __restrict__ offsets, int64_t m,
+                                          int64_t first, int64_t g0, int64_t g1, int lane) {
+  constexpr int V = Op::kVec;
+  const int n = static_cast<int>(g1 - g0);
+  // Lanes past the batch's last item start nowhere; an item ends where the next lane's starts.
+  const int start = first + lane < m ? static_cast<int>(clamp_index(__ldg(offsets + first + lane) - g0, n)) : INT_MAX;
+  const int next = __shfl_down_sync(0xffffffffu, start, 1);  // every lane takes part
+  const int stop = lane < 31 ? min(next, n) : n;
+  const auto item_at = [&](int l) { return op.item(clamp_index(first + l, m - 1)); };
+  // Single elements (every lane calls run_lane_of, so the loops' trip counts are the warp's).
+  const auto singles = [&](int b, int e) {
+    for (int w = b; w < e; w += 32) {
+      const int x = w + lane;
+      const int l = run_lane_of(start, min(x, e - 1));
+      if (x < e) op.one(item_at(l), g0 + x);
+    }
+  };
+  // Vectors where g0 + x is a multiple of V: x in [a0, a1).
+  const int a0 = static_cast<int>((g0 + V - 1) / V * V - g0), a1 = static_cast<int>(g1 / V * V - g0);
+  if (a0 >= a1) return singles(0, n);
+  singles(0, a0);
+  singles(a1, n);
+  for (int w = a0; w < a1; w += 32 * V * kRunUnroll) {
+    typename Op::InVec v[kRunUnroll];
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      const int x = w + (u * 32 + lane) * V;
+      if (x < a1) v[u] = op.load(g0 + x);
+    }
+#pragma unroll
+    for (int u = 0; u < kRunUnroll; ++u) {
+      const int x = w + (u * 32 + lane) * V;
+      const int l = run_lane_of(start, min(x, a1 - 1));
+      const bool whole = __shfl_sync(0xffffffffu, stop, l) >= x + V;
+      if (x < a1 && whole) op.store(item_at(l), g0 + x, v[u]);
+      // A vector across items: its elements one at a time, each finding its own item.
+      if (__any_sync(0xffffffffu, x < a1 && !whole)) {
+#pragma unroll 1
+        for (int k = 0; k < V; ++k) {
+          const int lk = run_lane_of(start, min(x + k, a1 - 1));
+          if (x < a1 && !whole) op.one(item_at(lk), g0 + x + k);
+        }
+      }
+    }
+  }
+}
+
+// A warp processes the packed elements [g0, g1) item by item from `item`: one item's block,
+// or a run walked (functors whose lanes do not search runs: with one run_segment call site,
+// the walk adds few registers to functors that have the most of them live).
+template <class Op>
+__device__ __forceinline__ void walk_items(const Op& op, const int64_t* __restrict__ offsets, int64_t m, int64_t item,
+                                           int64_t g0, int64_t g1, bool run, int lane) {
+  for (int64_t g = g0; g < g1; ++item) {
+    const int64_t e = run && item + 1 < m ? min(g1, max(g, __ldg(offsets + item + 1))) : g1;
+    if (g < e) run_segment(op, item, g, e, lane);
+    g = e;
+  }
+}
+
 // `plan` and `plan_host`: unit j is plan block j; one 16-byte load says where it is.
 struct PlanLocator {
   const longlong2* __restrict__ rows;  // row 0: (count, block_elems)
+  const int64_t* __restrict__ offsets;
+  int64_t m;
   using Unit = longlong2;
   __device__ __forceinline__ int64_t num_units() const { return __ldg(&rows[0].x); }
   __device__ __forceinline__ Unit unit(int64_t u) const { return __ldg(rows + 1 + u); }
   template <class Op>
   __device__ __forceinline__ void visit(const Op& op, const Unit& r, int lane) const {
-    run_segment(op, block_item(r.y), r.x, r.x + block_length(r.y), lane);
+    const int64_t g0 = r.x, g1 = r.x + block_length(r.y);
+    if constexpr (LanesFindItems<Op>::value) {
+      if (block_is_run(r.y)) run_items(op, offsets, m, block_item(r.y), g0, g1, lane);
+      else run_segment(op, block_item(r.y), g0, g1, lane);
+    } else {
+      walk_items(op, offsets, m, block_item(r.y), g0, g1, block_is_run(r.y), lane);
+    }
   }
 };
 
@@ -185,18 +283,20 @@ struct LookupLocator : TileUnits {
 };
 
 // Blocks per multiprocessor the kernel is compiled for (which caps its registers): the
-// driver's tuning, or the functor's Op::kMinBlocksPerSm when it needs more registers.
-template <class Op, class = void>
+// driver's tuning for the locator, or the functor's Op::kMinBlocksPerSm when it needs more
+// registers.
+template <class Loc, class Op, class = void>
 struct MinBlocksPerSm {
-  static constexpr int value = kPolicy<DriverTuning>.min_blocks_per_sm;
+  static constexpr int value = std::is_same_v<Loc, PlanLocator> ? kPolicy<DriverTuning>.plan_min_blocks_per_sm
+                                                                 : kPolicy<DriverTuning>.min_blocks_per_sm;
 };
-template <class Op>
-struct MinBlocksPerSm<Op, std::void_t<decltype(Op::kMinBlocksPerSm)>> {
+template <class Loc, class Op>
+struct MinBlocksPerSm<Loc, Op, std::void_t<decltype(Op::kMinBlocksPerSm)>> {
   static constexpr int value = Op::kMinBlocksPerSm;
 };
 
 template <class Loc, class Op>
-__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Op>::value) ragged_kernel(const Loc loc, const Op op) {
+__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Loc, Op>::value) ragged_kernel(const Loc loc, const Op op) {
   const int lane = threadIdx.x & 31;
   const int64_t warp = (int64_t{blockIdx.x} * kThreads + threadIdx.x) >> 5;
   const int64_t warps = (int64_t{gridDim.x} * kThreads) >> 5;
@@ -259,7 +359,7 @@ void run_ragged_cuda(const Op& op, Strategy strategy, const at::Tensor& offsets,
   switch (strategy) {
     case Strategy::Plan:
     case Strategy::PlanHost:
-      return launch_ragged(PlanLocator{reinterpret_cast<const longlong2*>(metadata.data_ptr<int64_t>())}, op,
+      return launch_ragged(PlanLocator{reinterpret_cast<const longlong2*>(metadata.data_ptr<int64_t>()), off, m}, op,
                            metadata.size(0) - 1);
     case Strategy::BlockSearch:
       return launch_ragged(BlockSearchLocator{tiles, off, m}, op, tiles.tiles);

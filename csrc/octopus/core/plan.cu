@@ -60,16 +60,29 @@ struct BlockDivider {
   }
 };
 
-// Blocks of item i (see blocks_for in plan.h); offsets are clamped so that unvalidated
-// input stays in bounds.
+// The offsets as the builders read them (plan.h's PlanItems).
+struct OffsetLoad {
+  const int64_t* offsets;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return offsets[i]; }
+};
+
+__device__ __forceinline__ PlanItems<OffsetLoad> device_items(const int64_t* offsets, int64_t m, int64_t num_values,
+                                                              int64_t block_elems) {
+  return plan_items(OffsetLoad{offsets}, m, num_values, block_elems);
+}
+
+// Rows of item i: a run's first small item gets one, other small items none, a larger item
+// one per block_elems window it touches (blocks_for in plan.h, with the divider).
 struct BlockCount {
   const int64_t* offsets;
+  int64_t m;
   int64_t num_values;
   BlockDivider div;
   __device__ int64_t operator()(int64_t i) const {
-    const int64_t b = cuda::clamp_index(offsets[i], num_values);
-    const int64_t e = cuda::clamp_index(offsets[i + 1], num_values);
-    return e > b ? div(e - 1) - div(b) + 1 : 0;
+    const auto items = device_items(offsets, m, num_values, div.block_elems);
+    if (items.small(i)) return items.small_item_rows(i);
+    const int64_t b = items.begin(i), e = items.end(i);
+    return div(e - 1) - div(b) + 1;
   }
 };
 
@@ -97,9 +110,14 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
     const int64_t mid = (lo + hi) >> 1;
     if (block_end[mid] <= j) lo = mid + 1; else hi = mid;
   }
+  const auto items = device_items(offsets, m, num_values, block_elems);
+  const int64_t item_begin = items.begin(lo);
+  if (items.small(lo)) {
+    plan[row] = make_longlong2(item_begin, pack_run(lo, items.run_length(lo)));
+    return;
+  }
   const int64_t first_block = lo > 0 ? block_end[lo - 1] : 0;
-  const int64_t item_begin = cuda::clamp_index(offsets[lo], num_values);
-  const int64_t item_end = cuda::clamp_index(offsets[lo + 1], num_values);
+  const int64_t item_end = items.end(lo);
   // block_begin() and the block's end, with the divider.
   const int64_t k = j - first_block;
   const int64_t begin = k == 0 ? item_begin : (div(item_begin) + k) * block_elems;
@@ -133,7 +151,7 @@ __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int32_t block_end[kFusedMaxItems];
   // Block counts (coalesced reads), then each thread scans a contiguous run of them.
-  const BlockCount blocks_of{offsets, num_values, div};
+  const BlockCount blocks_of{offsets, m, num_values, div};
   for (int64_t i = threadIdx.x; i < m; i += kFusedThreads) block_end[i] = static_cast<int32_t>(blocks_of(i));
   __syncthreads();
   const int per_thread = static_cast<int>((m + kFusedThreads - 1) / kFusedThreads);
@@ -245,7 +263,7 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
     return plan;
   }
   const auto counts = thrust::make_transform_iterator(
-      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), num_values, div});
+      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), m, num_values, div});
   // One scratch allocation: the scanned block counts, then CUB's temporary storage.
   size_t temp_bytes = 0;
   if (m > 0) {

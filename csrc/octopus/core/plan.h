@@ -3,12 +3,18 @@
 // A plan is an int64 array of (capacity + 1) rows of two words, kept in an ordinary tensor:
 //   row 0          (count, block_elems): how many of the rows below are in use, and the
 //                  block size the plan was built for;
-//   row 1 + j      (begin, item << 32 | length) for block j < count: the block covers the
-//                  packed elements [begin, begin + length) of item `item`.
-// Blocks never cross items, hold at most block_elems elements, cover every element once,
-// and are ordered by begin. Empty items get no block. Inside an item, blocks are cut at the
-// multiples of block_elems of the packed buffer, so every block but an item's first starts
-// on a block_elems boundary: memory accesses stay aligned whatever the offsets.
+//   row 1 + j      (begin, item << 32 | run << 31 | length) for block j < count: the block
+//                  covers the packed elements [begin, begin + length) of item `item`, or,
+//                  where the run bit is set, of the items item, item + 1, ... (a run).
+// Small items would leave most of a warp idle, one block each: consecutive items of at most
+// run_item_elems(block_elems) elements (empty ones included) that share a window of
+// kRunItems item indices form one run block (at most kRunItems items, at most block_elems
+// elements), whose warp finds each element's item among the run's offsets. Other blocks
+// never cross items and hold at most block_elems elements. Blocks cover every element once
+// and are ordered by begin; empty items (and runs of nothing but them) get no block. Inside
+// an item, blocks are cut at the multiples of block_elems of the packed buffer, so every
+// block but an item's first starts on a block_elems boundary: memory accesses stay aligned
+// whatever the offsets.
 // The row count is an upper bound known on the host (capacity), so a plan can be built on
 // the device with no synchronization: the true count lives in row 0 and the kernels read it.
 #pragma once
@@ -37,9 +43,20 @@ OCTOPUS_HD int64_t plan_rows(int64_t num_values, int64_t num_items, int64_t bloc
   return plan_capacity(num_values, num_items, block_elems) + 1;
 }
 
+// Runs of small items: at most kRunItems items (one per lane of the warp that runs them),
+// each of at most run_item_elems(block_elems) elements, so a run holds at most block_elems.
+constexpr int64_t kRunItems = 32;
+constexpr int64_t kMaxRunItemElems = 256;
+OCTOPUS_HD int64_t run_item_elems(int64_t block_elems) {
+  return block_elems / kRunItems < kMaxRunItemElems ? block_elems / kRunItems : kMaxRunItemElems;
+}
+
+constexpr int64_t kRunBit = int64_t{1} << 31;
 OCTOPUS_HD int64_t pack_block(int64_t item, int64_t length) { return (item << 32) | length; }
+OCTOPUS_HD int64_t pack_run(int64_t first_item, int64_t length) { return (first_item << 32) | kRunBit | length; }
 OCTOPUS_HD int64_t block_item(int64_t packed) { return packed >> 32; }
-OCTOPUS_HD int64_t block_length(int64_t packed) { return packed & 0xffffffffLL; }
+OCTOPUS_HD int64_t block_length(int64_t packed) { return packed & (kRunBit - 1); }
+OCTOPUS_HD bool block_is_run(int64_t packed) { return (packed & kRunBit) != 0; }
 // Blocks of the item [begin, end): one per multiple-of-block_elems window it touches.
 OCTOPUS_HD int64_t blocks_for(int64_t begin, int64_t end, int64_t block_elems) {
   return end > begin ? (end - 1) / block_elems - begin / block_elems + 1 : 0;
@@ -48,6 +65,42 @@ OCTOPUS_HD int64_t blocks_for(int64_t begin, int64_t end, int64_t block_elems) {
 // Start of block k (0-based) of the item that starts at `begin`.
 OCTOPUS_HD int64_t block_begin(int64_t begin, int64_t k, int64_t block_elems) {
   return k == 0 ? begin : (begin / block_elems + k) * block_elems;
+}
+
+// The items of a batch as the plan builders see them: offsets read through load(i) and
+// clamped into [0, num_values], so that unvalidated offsets give wrong blocks, never blocks
+// out of bounds. One set of rules for the host and the device builders.
+template <class Load>
+struct PlanItems {
+  Load load;  // load(i) = offsets[i]
+  int64_t m, num_values, block_elems;
+
+  OCTOPUS_HD int64_t begin(int64_t i) const { return clamp(load(i)); }
+  OCTOPUS_HD int64_t end(int64_t i) const { return clamp(load(i + 1)); }
+  OCTOPUS_HD bool small(int64_t i) const { return end(i) - begin(i) <= run_item_elems(block_elems); }
+  // A run starts at a small item whose predecessor is not in its window or not small.
+  OCTOPUS_HD bool run_start(int64_t i) const { return small(i) && (i % kRunItems == 0 || !small(i - 1)); }
+  // One past the last item of the run that starts at i.
+  OCTOPUS_HD int64_t run_end(int64_t i) const {
+    int64_t e = i + 1;
+    while (e < m && e % kRunItems != 0 && small(e)) ++e;
+    return e;
+  }
+  // Elements of the run that starts at i (none: no block), at most what a block row holds.
+  OCTOPUS_HD int64_t run_length(int64_t i) const {
+    const int64_t length = end(run_end(i) - 1) - begin(i);
+    return length < 0 ? 0 : (length < kRunBit ? length : kRunBit - 1);
+  }
+  // Rows of a small item: one for a run's first item if the run holds any element.
+  OCTOPUS_HD int64_t small_item_rows(int64_t i) const { return run_start(i) && run_length(i) > 0 ? 1 : 0; }
+
+ private:
+  OCTOPUS_HD int64_t clamp(int64_t x) const { return x < 0 ? 0 : (x > num_values ? num_values : x); }
+};
+
+template <class Load>
+OCTOPUS_HD PlanItems<Load> plan_items(Load load, int64_t m, int64_t num_values, int64_t block_elems) {
+  return PlanItems<Load>{load, m, num_values, block_elems};
 }
 
 // Builds a plan on the host into `plan` (2 * plan_rows(...) words) from offsets

@@ -56,15 +56,20 @@ struct DriverTuning {
   int threads;                 // per block, every kernel but the plan builder's and crop_resize's forward
   int min_blocks_per_sm;       // the driver's kernel is compiled for this many (caps registers)
   int max_unroll_per_element;  // vectors in flight per lane of per-element locators (an item index each)
+  // ... and with the plan's locator, whose runs of small items need more registers (at 4
+  // blocks, 64 registers, the kernels spilled and per-item blocks ran at half speed).
+  int plan_min_blocks_per_sm;
 
   static constexpr const char* kFamily = "driver";
-  // Hopper (sm_90), measured on an H100; every architecture until it is measured.
-  static constexpr DriverTuning for_arch(int /*arch*/) { return DriverTuning{256, 4, 4}; }
+  // Hopper (sm_90), measured on an H100 (the plan's value on an H200); every architecture
+  // until it is measured.
+  static constexpr DriverTuning for_arch(int /*arch*/) { return DriverTuning{256, 4, 4, 3}; }
   template <class Fn>
   void for_each(Fn&& fn) const {
     fn("threads", threads);
     fn("min_blocks_per_sm", min_blocks_per_sm);
     fn("max_unroll_per_element", max_unroll_per_element);
+    fn("plan_min_blocks_per_sm", plan_min_blocks_per_sm);
   }
   constexpr bool valid() const { return threads % 32 == 0 && threads <= 1024 && max_unroll_per_element >= 1; }
 };

@@ -33,6 +33,9 @@ struct CropResizeRaggedOp {
   // The item (its box, two dividers) and the taps need about 80 registers: fewer blocks
   // per multiprocessor than the driver's (spill-free on sm_90 for the float types).
   static constexpr int kMinBlocksPerSm = cuda::kPolicy<CropResizeTuning>.ragged_min_blocks_per_sm;
+  // Runs of small outputs are walked item by item: the item's taps leave no registers for
+  // the lanes' search.
+  static constexpr bool kLanesFindItems = false;
   using InVec = Vec<in_t, 1>;
 
   const in_t* __restrict__ in;  // forward: the source values; backward: the output's gradient

@@ -72,8 +72,8 @@ __device__ __forceinline__ double warp_min_max(double v, bool want_max) {
 template <typename T, int kVec = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __restrict__ x,
                                                                     const longlong2* __restrict__ plan,
-                                                                    const int64_t* __restrict__ offsets, int64_t planes,
-                                                                    double* __restrict__ acc) {
+                                                                    const int64_t* __restrict__ offsets, int64_t m,
+                                                                    int64_t planes, double* __restrict__ acc) {
   // 16-byte vectors (4 to 16 elements each), kUnroll in flight per lane (ItemStatsTuning).
   constexpr ItemStatsTuning kTuning = cuda::kPolicy<ItemStatsTuning>;
   constexpr int kUnroll = sizeof(T) >= 4 ? kTuning.unroll_4byte : kTuning.unroll;
@@ -83,72 +83,78 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
   const double inf = std::numeric_limits<double>::infinity();
   for (int64_t u = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; u < units; u += warps) {
     const longlong2 row = __ldg(plan + 1 + u);
-    const int64_t item = block_item(row.y);
-    int64_t g = row.x;
-    const int64_t end = g + block_length(row.y);
-    const int64_t begin = __ldg(offsets + item), item_end = __ldg(offsets + item + 1);
-    const int64_t plane = max((item_end - begin) / planes, int64_t{1});  // >= 1 whatever the input
-    while (g < end) {  // one piece per channel plane the block touches
-      const int64_t c = min((g - begin) / plane, planes - 1);
-      const int64_t piece_end = c == planes - 1 ? end : min(end, begin + (c + 1) * plane);
-      const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
-      double s1 = 0.0, s2 = 0.0, lo = inf, hi = -inf;
-      bool has_nan = false;
-      auto add = [&](T value) {
-        const double d0 = static_cast<double>(static_cast<acc_type<T>>(value));
-        const double d = d0 - k;
-        s1 += d;
-        s2 = fma(d, d, s2);
-        has_nan |= isnan(d0);
-        lo = fmin(lo, d0);
-        hi = fmax(hi, d0);
-      };
-      // Single elements up to the first 16-byte boundary and after the last; whole
-      // vectors (kUnroll in flight per lane) in between.
-      const int64_t a0 = min(piece_end, (g + kVec - 1) / kVec * kVec);
-      const int64_t a1 = max(a0, piece_end / kVec * kVec);
-      for (int64_t e = g + lane; e < a0; e += 32) add(x[e]);
-      for (int64_t e = a1 + lane; e < piece_end; e += 32) add(x[e]);
-      for (int64_t base = a0 + int64_t{lane} * kVec; base < a1; base += int64_t{32} * kVec * kUnroll) {
-        Vec<T, kVec> v[kUnroll];
-#pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          const int64_t e = base + int64_t{j} * 32 * kVec;
-          if (e < a1) v[j] = *reinterpret_cast<const Vec<T, kVec>*>(x + e);
+    // A block of one item, or a run of small items taken one at a time.
+    const bool run = block_is_run(row.y);
+    const int64_t first = block_item(row.y), row_begin = row.x, row_end = row_begin + block_length(row.y);
+    const int64_t last = run ? min(first + kRunItems, m) : first + 1;
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t begin = __ldg(offsets + item), item_end = __ldg(offsets + item + 1);
+      if (run && begin >= row_end) break;
+      int64_t g = run ? max(row_begin, begin) : row_begin;
+      const int64_t end = run ? min(row_end, item_end) : row_end;
+      const int64_t plane = max((item_end - begin) / planes, int64_t{1});  // >= 1 whatever the input
+      while (g < end) {  // one piece per channel plane the block touches
+        const int64_t c = min((g - begin) / plane, planes - 1);
+        const int64_t piece_end = c == planes - 1 ? end : min(end, begin + (c + 1) * plane);
+        const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
+        double s1 = 0.0, s2 = 0.0, lo = inf, hi = -inf;
+        bool has_nan = false;
+        auto add = [&](T value) {
+          const double d0 = static_cast<double>(static_cast<acc_type<T>>(value));
+          const double d = d0 - k;
+          s1 += d;
+          s2 = fma(d, d, s2);
+          has_nan |= isnan(d0);
+          lo = fmin(lo, d0);
+          hi = fmax(hi, d0);
+        };
+        // Single elements up to the first 16-byte boundary and after the last; whole
+        // vectors (kUnroll in flight per lane) in between.
+        const int64_t a0 = min(piece_end, (g + kVec - 1) / kVec * kVec);
+        const int64_t a1 = max(a0, piece_end / kVec * kVec);
+        for (int64_t e = g + lane; e < a0; e += 32) add(x[e]);
+        for (int64_t e = a1 + lane; e < piece_end; e += 32) add(x[e]);
+        for (int64_t base = a0 + int64_t{lane} * kVec; base < a1; base += int64_t{32} * kVec * kUnroll) {
+          Vec<T, kVec> v[kUnroll];
+  #pragma unroll
+          for (int j = 0; j < kUnroll; ++j) {
+            const int64_t e = base + int64_t{j} * 32 * kVec;
+            if (e < a1) v[j] = *reinterpret_cast<const Vec<T, kVec>*>(x + e);
+          }
+  #pragma unroll
+          for (int j = 0; j < kUnroll; ++j) {
+            if (base + int64_t{j} * 32 * kVec >= a1) continue;
+  #pragma unroll
+            for (int q = 0; q < kVec; ++q) add(v[j].v[q]);
+          }
         }
-#pragma unroll
-        for (int j = 0; j < kUnroll; ++j) {
-          if (base + int64_t{j} * 32 * kVec >= a1) continue;
-#pragma unroll
-          for (int q = 0; q < kVec; ++q) add(v[j].v[q]);
+        const double nan = __longlong_as_double(0x7ff8000000000000LL);
+        if (has_nan) lo = hi = nan;
+        s1 = warp_sum(s1);
+        s2 = warp_sum(s2);
+        lo = warp_min_max(lo, false);
+        hi = warp_min_max(hi, true);
+        if (lane == 0) {
+          double* a = acc + (item * planes + c) * kNumStats;
+          // A piece that is its whole plane (every plane of items up to a block long) is the
+          // plane's only contribution: plain stores, not four atomics (two of them CAS loops
+          // of two round trips each to L2).
+          const int64_t plane_end = c == planes - 1 ? item_end : begin + (c + 1) * plane;
+          const bool whole_plane = g == begin + c * plane && piece_end == plane_end;
+          if (whole_plane) {
+            a[kStatSum] = s1;
+            a[kStatM2] = s2;
+            a[kStatMin] = lo;
+            a[kStatMax] = hi;
+          } else {
+            atomicAdd(a + kStatSum, s1);
+            atomicAdd(a + kStatM2, s2);
+            atomic_min_max(a + kStatMin, lo, false);
+            atomic_min_max(a + kStatMax, hi, true);
+          }
         }
+        g = piece_end;
       }
-      const double nan = __longlong_as_double(0x7ff8000000000000LL);
-      if (has_nan) lo = hi = nan;
-      s1 = warp_sum(s1);
-      s2 = warp_sum(s2);
-      lo = warp_min_max(lo, false);
-      hi = warp_min_max(hi, true);
-      if (lane == 0) {
-        double* a = acc + (item * planes + c) * kNumStats;
-        // A piece that is its whole plane (every plane of items up to a block long) is the
-        // plane's only contribution: plain stores, not four atomics (two of them CAS loops
-        // of two round trips each to L2).
-        const int64_t plane_end = c == planes - 1 ? item_end : begin + (c + 1) * plane;
-        const bool whole_plane = g == begin + c * plane && piece_end == plane_end;
-        if (whole_plane) {
-          a[kStatSum] = s1;
-          a[kStatM2] = s2;
-          a[kStatMin] = lo;
-          a[kStatMax] = hi;
-        } else {
-          atomicAdd(a + kStatSum, s1);
-          atomicAdd(a + kStatM2, s2);
-          atomic_min_max(a + kStatMin, lo, false);
-          atomic_min_max(a + kStatMax, hi, true);
-        }
-      }
-      g = piece_end;
     }
   }
 }
@@ -195,7 +201,7 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
           (max_units + warps - 1) / warps);
       item_stats_kernel<T><<<static_cast<unsigned>(blocks), cuda::launch_threads(), 0, stream>>>(
           a.values.data_ptr<T>(), reinterpret_cast<const longlong2*>(p.data_ptr<int64_t>()),
-          a.offsets.data_ptr<int64_t>(), a.planes, a.out.data_ptr<double>());
+          a.offsets.data_ptr<int64_t>(), m, a.planes, a.out.data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     const int64_t slots = m * a.planes;

@@ -375,6 +375,8 @@ struct SamplerStepOp {
   // functor is compiled for fewer blocks per SM than the others.
   static constexpr int kMinBlocksPerSm =
       kInputs == StepInputs::Any ? kTuning.min_blocks_per_sm_general : kTuning.min_blocks_per_sm;
+  // A sample's latents are never a small item: plan runs (never built for them) are walked.
+  static constexpr bool kLanesFindItems = false;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
