@@ -232,6 +232,16 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
     if device.type == "cuda":
         row("mixed", "octopus fused, 8 kinds in one launch, CUDA graph (per step)",
             lambda: _repeated_in_graph(mixed, measurer, repeats), moved)
+        # The same launch with every sample on one kind's row: what "no more than its slowest
+        # kind" compares with (the same inputs are passed, so the same kernel variant runs).
+        names = [type(s).__name__.replace("Scheduler", "") for s in makers]
+        for k, name in enumerate(names):
+            one_rows = torch.full((n,), k, dtype=sample_rows.dtype, device=device)
+            one_t = torch.full((n,), float(kinds[k].keys[0]), dtype=torch.float64, device=device)
+            one = lambda r=one_rows, tt=one_t: od.rows.fused_step(  # noqa: E731
+                m.reshape(-1), values, offsets, tt, tables, sample_rows=r, noise=z.reshape(-1), state=state)
+            row("mixed", f"every sample on the {name} row ({k}), CUDA graph (per step)",
+                lambda: _repeated_in_graph(one, measurer, repeats), moved)
     return rows
 
 
