@@ -36,6 +36,30 @@ def test_lease_is_a_context_manager():
     assert stats["granted"] == stats["released"] == 1 and stats["active"] == 0
 
 
+def test_a_scheduler_dropped_without_close_is_freed_at_once():
+    # Nothing may keep a scheduler in a reference cycle: one dropped without close() would
+    # keep its control thread and its lowered GIL switch interval until the cyclic GC runs
+    # (which the contention benchmark turns off while it measures).
+    import gc
+    import sys
+    import weakref
+
+    interval = sys.getswitchinterval()
+    gc.disable()
+    try:
+        sched = simulated(2)
+        assert sys.getswitchinterval() < interval
+        with sched.acquire("x"):
+            pass
+        assert sched.submit(lambda: 3).result() == 3 and sched.map(abs, [-1, 2]) == [1, 2]  # the executor too
+        ref = weakref.ref(sched)
+        del sched
+        assert ref() is None
+        assert sys.getswitchinterval() == interval
+    finally:
+        gc.enable()
+
+
 def test_try_acquire_when_full_returns_none():
     sched = simulated(2)
     a, b = sched.acquire(), sched.acquire()

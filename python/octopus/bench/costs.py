@@ -15,15 +15,15 @@ import octopus
 
 def lease_overhead(backend: str, iterations: int = 20000) -> dict:
     """Median cost of one uncontended acquire + release, in microseconds."""
-    sched = octopus.StreamScheduler(4, backend=backend)
-    cpp = statistics.median(sched._impl.time_acquire_release("overhead", 50, max(1, iterations // 50))) / 1e3
-    samples = []
-    for _ in range(50):
-        start = time.perf_counter()
-        for _ in range(max(1, iterations // 50)):
-            with sched.acquire("overhead"):
-                pass
-        samples.append((time.perf_counter() - start) / max(1, iterations // 50) * 1e6)
+    with octopus.StreamScheduler(4, backend=backend) as sched:
+        cpp = statistics.median(sched._impl.time_acquire_release("overhead", 50, max(1, iterations // 50))) / 1e3
+        samples = []
+        for _ in range(50):
+            start = time.perf_counter()
+            for _ in range(max(1, iterations // 50)):
+                with sched.acquire("overhead"):
+                    pass
+            samples.append((time.perf_counter() - start) / max(1, iterations // 50) * 1e6)
     return dict(backend=backend, cpp_us=cpp, python_us=statistics.median(samples))
 
 
@@ -32,29 +32,29 @@ def batcher_overhead(backend: str, requests: int = 2000) -> dict:
     submitted back to back (throughput) and one at a time (latency), beside the same work
     (pack, fn, split) done directly."""
     device = torch.device("cuda") if backend == "cuda" else torch.device("cpu")
-    sched = octopus.StreamScheduler(4, backend=backend)
-    items = [torch.full((16,), float(i), device=device) for i in range(requests)]
-    with octopus.Batcher(lambda batch: batch, max_batch=64, max_delay=0.001, scheduler=sched) as batcher:
-        for f in [batcher.submit(x) for x in items[:200]]:  # warm-up
-            f.result()
-        t0 = time.perf_counter()
-        for f in [batcher.submit(x) for x in items]:
-            f.result()
-        per_request = (time.perf_counter() - t0) / requests * 1e6
-    latency = []
-    with octopus.Batcher(lambda batch: batch, max_batch=1, max_delay=0.0, scheduler=sched) as batcher:
+    with octopus.StreamScheduler(4, backend=backend) as sched:
+        items = [torch.full((16,), float(i), device=device) for i in range(requests)]
+        with octopus.Batcher(lambda batch: batch, max_batch=64, max_delay=0.001, scheduler=sched) as batcher:
+            for f in [batcher.submit(x) for x in items[:200]]:  # warm-up
+                f.result()
+            t0 = time.perf_counter()
+            for f in [batcher.submit(x) for x in items]:
+                f.result()
+            per_request = (time.perf_counter() - t0) / requests * 1e6
+        latency = []
+        with octopus.Batcher(lambda batch: batch, max_batch=1, max_delay=0.0, scheduler=sched) as batcher:
+            for x in items[:300]:
+                t0 = time.perf_counter()
+                batcher.submit(x).result()
+                latency.append((time.perf_counter() - t0) * 1e6)
+        direct = []
         for x in items[:300]:
             t0 = time.perf_counter()
-            batcher.submit(x).result()
-            latency.append((time.perf_counter() - t0) * 1e6)
-    direct = []
-    for x in items[:300]:
-        t0 = time.perf_counter()
-        batch = octopus.RaggedBatch.from_tensors([x], device=device)
-        batch.unbind()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        direct.append((time.perf_counter() - t0) * 1e6)
+            batch = octopus.RaggedBatch.from_tensors([x], device=device)
+            batch.unbind()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            direct.append((time.perf_counter() - t0) * 1e6)
     single = statistics.median(latency[50:])
     return dict(backend=backend, requests=requests, back_to_back_us_per_request=per_request,
                 single_request_us_p50=single, direct_us_p50=statistics.median(direct[50:]),
@@ -63,9 +63,8 @@ def batcher_overhead(backend: str, requests: int = 2000) -> dict:
 
 def checkpoint_cost(backend: str, calls: int = 5000) -> dict:
     """Median cost of one best-effort checkpoint with nothing to wait for, from Python."""
-    sched = octopus.StreamScheduler(4, backend=backend)
     samples = []
-    with sched.acquire("checkpoint", best_effort=True) as lease:
+    with octopus.StreamScheduler(4, backend=backend) as sched, sched.acquire("checkpoint", best_effort=True) as lease:
         for _ in range(20):
             t0 = time.perf_counter()
             for _ in range(calls // 20):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, cast
 
 import torch
@@ -24,7 +25,9 @@ class LeaseExecutor:
     """The thread pool of one scheduler, made on first use."""
 
     def __init__(self, scheduler: StreamScheduler):
-        self._scheduler = scheduler
+        # Weak: the scheduler owns its executor, and a cycle would keep a scheduler dropped
+        # without close() (its control thread, its GIL switch interval) until the cyclic GC.
+        self._scheduler_ref = weakref.ref(scheduler)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -60,17 +63,22 @@ class LeaseExecutor:
         if pool is not None:
             pool.shutdown(wait=True)
 
+    def _scheduler(self) -> StreamScheduler:
+        scheduler = self._scheduler_ref()
+        assert scheduler is not None, "the executor is reached through its scheduler"
+        return scheduler
+
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=self._scheduler.capacity,
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=self._scheduler().capacity,
                                                                    thread_name_prefix="octopus-lease")
             return self._pool
 
     def _task(self, options: dict[str, Any]) -> Callable[..., Any]:
         """A pool task bound to the caller's current streams (captured now, on the caller's
         thread): the lease waits for their queued work, and they wait for the lease's."""
-        scheduler = self._scheduler
+        scheduler = self._scheduler()
         consumers = current_streams(scheduler.devices) if scheduler.backend == "cuda" else {}
         ready: dict[int, torch.cuda.Event] = {}
         for d, stream in consumers.items():

@@ -219,6 +219,8 @@ class Runner:
             stop.set()
             for t in threads:
                 t.join()
+            if sched is not None:  # its control thread must not run on into the next mode
+                sched.close()
             if collecting:
                 gc.enable()
             if self.cuda:
