@@ -78,7 +78,7 @@ struct SchedulerConfig {
   // The most jobs over its target a kind may bank before best-effort work is held back
   // further (the size of its error budget; over time 1% of its jobs may be over the target,
   // and a bigger budget lets them come in longer bursts, at the cost of reacting later).
-  double latency_error_budget = 5.0;
+  double latency_error_budget = 2.0;
 
   InfeasibleDeadline infeasible_deadline = InfeasibleDeadline::Reject;
 

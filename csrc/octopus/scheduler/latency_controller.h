@@ -76,7 +76,7 @@ struct ControllerOptions {
   // hiccup) is absorbed, violations above 1% of the jobs spend it, a burst spends it at once;
   // after a climb every kind's budget is full again.
   double attainment = 0.99;
-  double budget_cap = 5.0;  // SchedulerConfig::latency_error_budget
+  double budget_cap = 2.0;  // SchedulerConfig::latency_error_budget
   double severe_ratio = 2.0;
   double severe_cost = 2.0;
   // A kind with a relative target also keeps its median within median_ratio x its alone

@@ -91,7 +91,7 @@ class SchedulerConfig:
     timeline_capacity: int = 1 << 20
     latency_control: bool = True
     latency_ratio: float = 1.5
-    latency_error_budget: float = 5.0
+    latency_error_budget: float = 2.0
     throttle: str | None = None
     best_effort_in_flight: int | None = None
     best_effort_max_pause: float | None = _option(0.25, "best_effort_max_pause_s", _seconds_or_forever)
