@@ -45,14 +45,14 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
           const int64_t begin = std::clamp<int64_t>(plan[2 * (j + 1)], 0, num_values);
           const int64_t packed = plan[2 * (j + 1) + 1];
           const int64_t end = std::min(begin + block_length(packed), num_values);
-          const int64_t first = std::clamp<int64_t>(block_item(packed), 0, m - 1);
+          const int64_t first_item = std::clamp<int64_t>(block_item(packed), 0, m - 1);
           if (!block_is_run(packed)) {
-            const auto item = op.item(first);
+            const auto item = op.item(first_item);
             for (int64_t g = begin; g < end; ++g) op.one(item, g);
             continue;
           }
           // A run: each of its elements in the last item that starts at or before it.
-          for (int64_t i = first, g = begin; g < end; ++i) {
+          for (int64_t i = first_item, g = begin; g < end; ++i) {
             const int64_t stop = i + 1 < m ? std::clamp<int64_t>(off[i + 1], g, end) : end;
             if (g == stop) continue;
             const auto item = op.item(i);

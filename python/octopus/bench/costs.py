@@ -47,14 +47,14 @@ def batcher_overhead(backend: str, requests: int = 2000) -> dict:
                 t0 = time.perf_counter()
                 batcher.submit(x).result()
                 latency.append((time.perf_counter() - t0) * 1e6)
-        direct = []
-        for x in items[:300]:
-            t0 = time.perf_counter()
-            batch = octopus.RaggedBatch.from_tensors([x], device=device)
-            batch.unbind()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            direct.append((time.perf_counter() - t0) * 1e6)
+    direct = []
+    for x in items[:300]:
+        t0 = time.perf_counter()
+        batch = octopus.RaggedBatch.from_tensors([x], device=device)
+        batch.unbind()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        direct.append((time.perf_counter() - t0) * 1e6)
     single = statistics.median(latency[50:])
     return dict(backend=backend, requests=requests, back_to_back_us_per_request=per_request,
                 single_request_us_p50=single, direct_us_p50=statistics.median(direct[50:]),
