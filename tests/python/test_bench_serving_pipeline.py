@@ -42,6 +42,23 @@ def test_the_step_level_server_gives_the_pipelines_images(tiny):
         np.testing.assert_allclose(result["images"][spec["id"]], alone, rtol=1e-4, atol=1e-5)
 
 
+def test_octopus_priority_caps_the_batch_for_its_run_only(tiny):
+    from octopus.diffusion import PipelineServer
+
+    pipe, _ = tiny
+    trace = bench.make_pipeline_workload(6, 5, 0.5, bench.PIPELINE_SIZES["tiny"], (2, 4))
+    high_steps = sum(r["steps"] for r in trace if r["high"])
+    assert high_steps > 0
+    with PipelineServer(pipe, max_batch=4, prompt_cache=0, record_iterations=True) as server:
+        sampler = server.sampler
+        before = sampler.stats()["iterations"]
+        result = bench.run_octopus(server, bench.at_rate(trace, float("inf")), 120.0, high_priority_batch=1)
+        assert sorted(result["completions"]) == [r["id"] for r in trace]
+        # Batches of one while a high-priority request waits or runs: their steps one at a time.
+        assert sampler.stats()["iterations"] - before >= high_steps
+        assert (sampler.preempt, sampler.high_priority_batch) == (False, None), "the server's settings come back"
+
+
 def test_workload_is_reproducible_and_scaled_by_rate():
     a = bench.make_pipeline_workload(20, 1, 0.3, (32, 64), (2, 5))
     b = bench.make_pipeline_workload(20, 1, 0.3, (32, 64), (2, 5))

@@ -22,7 +22,7 @@ from .measure import high_p99_over_unloaded, summarize
 from .octopus_server import OctopusServer, unloaded_latencies
 from .peers import derived_serial, prepare_peer_graphs, run_serial, run_static, run_step_level
 from .report import format_table, plot
-from .pipeline import PIPELINE_MODES, format_pipeline_table
+from .pipeline import DEFAULT_PIPELINE_MODES, PIPELINE_MODES, format_pipeline_table
 from .pipeline import run as run_pipeline
 from .workload import MODELS, MODES, SAMPLERS, SHAPES, make_model, make_workload
 
@@ -186,7 +186,7 @@ def main(argv=None) -> int:
     pipeline = args.pipeline is not None
     args.requests = args.requests if args.requests is not None else (48 if pipeline else 256)
     args.steps = args.steps or ([10, 30] if pipeline else [10, 50])
-    args.modes = args.modes or list(PIPELINE_MODES if pipeline else MODES)
+    args.modes = args.modes or list(DEFAULT_PIPELINE_MODES if pipeline else MODES)
     wrong = [m for m in args.modes if m not in (PIPELINE_MODES if pipeline else MODES)]
     if wrong:
         parser.error(f"--modes {' '.join(wrong)} {'are' if len(wrong) > 1 else 'is'} not a mode of this run; "

@@ -23,7 +23,11 @@ Servers, by priority then arrival:
 * ``octopus``: :class:`octopus.diffusion.PipelineServer` (on a GPU: CUDA graphs, and the
   high-priority requests in the sampler's priority lane with ``--normal-lane-pause``, strict
   priority by default; no prompt cache across batches, ``prompt_cache=0``: every run serves the
-  same prompts, and the other servers encode every request's).
+  same prompts, and the other servers encode every request's);
+* ``octopus-priority`` (not run by default): the same server, with ``preempt`` and
+  ``high_priority_batch=--priority-batch``: while a high-priority request waits or runs the
+  batch is held to that many samples, lower-priority ones parked, so a high-priority request
+  does not share every denoising call with a full batch.
 
 Before anything is measured, the pipeline runs one short request per size (one-time costs: the
 CUDA context's libraries, convolution algorithms), and both batching servers capture their
@@ -61,7 +65,8 @@ PIPELINE_SAMPLERS: List[tuple[str, Dict[str, Any]]] = [
     ("DDIMScheduler", {}), ("EulerDiscreteScheduler", {}), ("DPMSolverMultistepScheduler", {}),
     ("UniPCMultistepScheduler", {})]
 PIPELINE_SIZES = {"sd": (512, 768), "tiny": (32, 64)}
-PIPELINE_MODES = ("pipeline", "step-level-graphs", "octopus")
+PIPELINE_MODES = ("pipeline", "step-level-graphs", "octopus", "octopus-priority")
+DEFAULT_PIPELINE_MODES = PIPELINE_MODES[:3]
 _WORDS = ("a photo of red blue green small large old new cat dog house tree river city night day mountain "
           "painting sketch portrait landscape bright dark").split()
 GUIDANCE = 7.5
@@ -244,12 +249,20 @@ def run_step_level(pipe: Any, workload: List[dict], device: torch.device, timeou
     return dict(completions=completions, images=images) if keep_images else dict(completions=completions)
 
 
-def run_octopus(server: Any, workload: List[dict], timeout: float) -> dict:
+def run_octopus(server: Any, workload: List[dict], timeout: float, high_priority_batch: int | None = None) -> dict:
     """``octopus``: each request submitted to the PipelineServer at its arrival; completed when
-    its image is ready. Also the device seconds of each stage over the run (``stages``)."""
+    its image is ready. Also the device seconds of each stage over the run (``stages``). With
+    ``high_priority_batch`` (``octopus-priority``), the run preempts with that batch cap."""
     before = server.stats()
     server.sampler.iteration_timings()  # (those of earlier runs left out)
-    completions = submit_at_arrivals(workload, functools.partial(_submit, server), timeout)
+    sampler = server.sampler
+    settings = sampler.preempt, sampler.high_priority_batch
+    if high_priority_batch is not None:
+        sampler.preempt, sampler.high_priority_batch = True, high_priority_batch
+    try:
+        completions = submit_at_arrivals(workload, functools.partial(_submit, server), timeout)
+    finally:
+        sampler.preempt, sampler.high_priority_batch = settings
     after = server.stats()
     stages = {stage: after[f"{stage}_s"] - before[f"{stage}_s"] for stage in ("encode", "decode", "postprocess")}
     stages["denoise"] = sum(t["iteration"] for t in server.sampler.iteration_timings()) / 1e3
@@ -290,11 +303,12 @@ def run(args: Any) -> dict:
     lanes = dict(priority_lane=True, normal_lane_pause=args.normal_lane_pause) if cuda else {}
     server = (PipelineServer(pipe, max_batch=args.max_batch, cuda_graphs=cuda, prompt_cache=0, record_iterations=True,
                              **lanes)
-              if "octopus" in args.modes else None)
+              if {"octopus", "octopus-priority"} & set(args.modes) else None)
     runners = {"pipeline": lambda w: run_pipeline_alone(pipe, w, device, args.run_timeout),
                "step-level-graphs": lambda w: run_step_level(pipe, w, device, args.run_timeout, args.max_batch,
                                                              graphs),
-               "octopus": lambda w: run_octopus(server, w, args.run_timeout)}
+               "octopus": lambda w: run_octopus(server, w, args.run_timeout),
+               "octopus-priority": lambda w: run_octopus(server, w, args.run_timeout, args.priority_batch)}
     rows: List[dict] = []
     unloaded: Dict[int, float] = {}
     try:
@@ -308,7 +322,8 @@ def run(args: Any) -> dict:
             unloaded = unloaded_latencies(functools.partial(_submit, server), trace)
         saturated: Dict[str, float] = {}
         for load, rate_of in (("saturation", lambda: float("inf")),
-                              ("60% of octopus's saturated rate", lambda: 0.6 * saturated.get("octopus", 0.0))):
+                              ("60% of octopus's saturated rate",
+                               lambda: 0.6 * saturated.get("octopus", saturated.get("octopus-priority", 0.0)))):
             rate = rate_of()
             if not rate > 0:
                 break
