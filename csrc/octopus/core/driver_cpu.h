@@ -22,6 +22,18 @@ inline int64_t find_item(const int64_t* offsets, int64_t num_items, int64_t g) {
   return std::upper_bound(offsets, offsets + num_items + 1, g) - offsets - 1;
 }
 
+// Runs op over the packed elements [begin, end) item by item from item `first`, each element
+// in the last item that starts at or before it: a run of small items, or a block_search tile.
+template <class Op>
+void walk_items(const Op& op, const int64_t* offsets, int64_t num_items, int64_t first, int64_t begin, int64_t end) {
+  for (int64_t i = first, g = begin; g < end; ++i) {
+    const int64_t stop = i + 1 < num_items ? std::clamp<int64_t>(offsets[i + 1], g, end) : end;
+    if (g == stop) continue;
+    const auto item = op.item(i);
+    for (; g < stop; ++g) op.one(item, g);
+  }
+}
+
 }  // namespace cpu_detail
 
 template <class Op>
@@ -51,13 +63,7 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
             for (int64_t g = begin; g < end; ++g) op.one(item, g);
             continue;
           }
-          // A run: each of its elements in the last item that starts at or before it.
-          for (int64_t i = first_item, g = begin; g < end; ++i) {
-            const int64_t stop = i + 1 < m ? std::clamp<int64_t>(off[i + 1], g, end) : end;
-            if (g == stop) continue;
-            const auto item = op.item(i);
-            for (; g < stop; ++g) op.one(item, g);
-          }
+          cpu_detail::walk_items(op, off, m, first_item, begin, end);
         }
       });
       return;
@@ -66,12 +72,8 @@ void run_ragged_cpu(const Op& op, Strategy strategy, const at::Tensor& offsets, 
       at::parallel_for(0, tiles, grain, [&](int64_t first, int64_t last) {
         for (int64_t t = first; t < last; ++t) {
           const int64_t tile_begin = t * block_elems;
-          const int64_t tile_end = std::min(tile_begin + block_elems, num_values);
-          for (int64_t i = cpu_detail::find_item(off, m, tile_begin); i < m && off[i] < tile_end; ++i) {
-            const auto item = op.item(i);
-            for (int64_t g = std::max(tile_begin, off[i]), end = std::min(tile_end, off[i + 1]); g < end; ++g)
-              op.one(item, g);
-          }
+          const int64_t first_item = std::max<int64_t>(cpu_detail::find_item(off, m, tile_begin), 0);
+          cpu_detail::walk_items(op, off, m, first_item, tile_begin, std::min(tile_begin + block_elems, num_values));
         }
       });
       return;
