@@ -95,6 +95,30 @@ TEST(LatencyController, StepsDownWhenTheLoadLeavesSlack) {
   EXPECT_GE(c.descents(), 4);
 }
 
+TEST(LatencyController, FindsItsWayBackDownFromStepsThatProtectNoBetter) {
+  // Steps 2 and up all give ~1.3 ms (within the ~1.575 ms target, not under its slack of
+  // 1.26 ms): past step 2, holding BE work back further buys the LC kind nothing. A burst
+  // drives the controller to step 6; once it ends, it explores its way back down to step 2
+  // and stays there, its tries of step 1 rarer and rarer, each undone by a job over twice the
+  // target (4 ms) that takes it back to step 2, not two steps up.
+  ScriptedDevice device{{3.0, 4.0, 1.3, 1.3, 1.3, 1.3, 1.3, 1.3, 1.3}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  device.run(c, 3000);
+  ASSERT_EQ(c.step(), 2);
+  device.run(c, 30, [](int step) { return step < 6 ? 4e-3 : 1.3e-3; });
+  ASSERT_EQ(c.step(), 6);
+  const ControllerOptions o{};
+  // Four steps down, each after explore_s (the first tries of each step): within 10 s.
+  const std::vector<int> back = device.run(c, static_cast<int>(4 * 1.25 * o.explore_s / kPeriod));
+  EXPECT_EQ(back.back(), 2);
+  for (std::size_t i = 1; i < back.size(); ++i) EXPECT_GE(back[i], back[i - 1] - 1) << "one step at a time";
+  const std::vector<int> later = device.run(c, 30000);
+  EXPECT_GT(std::count(later.begin(), later.end(), 2), 29800);
+  EXPECT_LE(changes(later), 14) << "tries of step 1 every 2 s, 4 s, 8 s, ...";
+  const KindControl k = c.kinds().front();
+  EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
+}
+
 TEST(LatencyController, ReactsToABurstWithinItsStatedTime) {
   ScriptedDevice device{{3.0, 2.5, 2.0, 1.6, 1.3, 1.1, 1.05, 1.0, 1.0}};
   LatencyController c(ControllerOptions{}, ladder_of(9));

@@ -170,12 +170,15 @@ void LatencyController::tick(double now_s) {
 
 bool LatencyController::climb(int steps, double now_s) {
   const int top = static_cast<int>(ladder_.size()) - 1;
-  const int from = step_, to = std::min(top, step_ + steps);
+  const int from = step_;
+  // Climbing back from a step just descended to: back to the step it came from, which held
+  // (however late the job that undid the try), and that step waits longer next time.
+  const bool undo = from == last_descent_to_ && now_s - last_descent_s_ < options_.undo_s;
+  const int to = std::min(top, step_ + (undo ? 1 : steps));
   if (to == from) return false;
   move_to(to, now_s);
   climbs_ += 1;
-  // Climbing back from a step just descended to: that step waits longer next time.
-  if (from == last_descent_to_ && now_s - last_descent_s_ < options_.undo_s) {
+  if (undo) {
     backoff_[static_cast<std::size_t>(from)] = std::min(backoff_[static_cast<std::size_t>(from)] + 1,
                                                         static_cast<int>(std::log2(options_.max_backoff)));
     last_descent_to_ = -1;
@@ -225,19 +228,24 @@ void LatencyController::maybe_descend(double now_s) {
     last_descent_to_ = -1;
   }
   const int doubling = 1 << backoff_[static_cast<std::size_t>(step_ - 1)];
-  if (samples_at_step_ < options_.loosen_samples * static_cast<std::size_t>(doubling) ||
-      now_s - step_since_s_ < options_.loosen_s * doubling) {
-    return;
-  }
+  const double dwell_s = now_s - step_since_s_;
+  const bool may_loosen = samples_at_step_ >= options_.loosen_samples * static_cast<std::size_t>(doubling) &&
+                          dwell_s >= options_.loosen_s * doubling;
+  const bool may_explore = samples_at_step_ >= options_.explore_samples * static_cast<std::size_t>(doubling) &&
+                           dwell_s >= options_.explore_s * doubling;
+  if (!may_loosen && !may_explore) return;
+  // Every active kind must be within its target and median bound, with slack to loosen, or
+  // without it (a step higher up may protect it no better than this one) to explore.
+  const double margin = may_explore ? 1.0 : options_.slack;
   bool any = false;
   for (const auto& [name, k] : kinds_) {
     if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
     const std::optional<double> target = target_s(k);
     if (!target) return;  // no judgement of this kind yet: stay
     const std::optional<double> p99 = k.recent.quantile(0.99);
-    if (k.budget < options_.loosen_budget || !p99 || *p99 > options_.slack * *target) return;
+    if (k.budget < options_.loosen_budget || !p99 || *p99 > margin * *target) return;
     const std::optional<double> median_bound = median_bound_s(k);
-    if (median_bound && *k.recent.quantile(0.5) > options_.slack * *median_bound) return;
+    if (median_bound && *k.recent.quantile(0.5) > margin * *median_bound) return;
     any = true;
   }
   if (!any) return;

@@ -6,9 +6,9 @@
 // work in whole units, two in flight, every SM, never paused) to the most protective (SMs
 // kept free of BE work, short slices, one in flight, BE paused while LC work is held or
 // waiting). The controller climbs when an LC kind has spent its error budget (a p99 target
-// allows 1% of its jobs over it) and steps down when it has slack; a step down that had to
-// be undone is retried only after a wait that doubles each time (so it settles instead of
-// oscillating). Targets are absolute, or a
+// allows 1% of its jobs over it) and steps down when it has slack, or, less often, to explore
+// whether a lower step is enough; a step down that had to be undone is retried only after a
+// wait that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
 // latency). Until a kind has enough alone samples the controller asks for a probe (BE
 // paused and drained for a short window, at most one per probe_interval_s), then for
@@ -95,7 +95,15 @@ struct ControllerOptions {
   double loosen_s = 0.5;
   double slack = 0.8;
   double loosen_budget = 1.5;
-  // A step down undone within undo_s doubles that step's wait, up to max_backoff times.
+  // A step down also comes after explore_samples samples and explore_s seconds at a step
+  // where every kind is within its target and median bound, slack or not: a higher step may
+  // protect LC work no better than a lower one (past the SMs it needs, slicing and pausing
+  // mostly take from BE work), so a controller that climbed past the step it needed, on a
+  // burst or on a target set from its first alone samples, finds its way back. A try that
+  // fails is undone by the error budget within a few jobs.
+  std::size_t explore_samples = 400;
+  double explore_s = 2.0;
+  // A step down undone within undo_s doubles that step's waits, up to max_backoff times.
   double undo_s = 2.0;
   int max_backoff = 64;
   // Probing: at most one probe window of probe_window_s per probe_interval_s.
