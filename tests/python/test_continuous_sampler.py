@@ -124,7 +124,7 @@ def submit_in_waves(sampler, requests, waves=3):
 
 def test_codes_come_from_the_library():
     assert od.SAMPLER_KINDS == ("ddim", "euler", "flow_euler", "dpm_solver_pp_2m", "unipc", "euler_ancestral",
-                                "dpm_solver_pp_2m_sde", "ddpm", "dpm_solver_pp_3m")
+                                "dpm_solver_pp_2m_sde", "ddpm", "dpm_solver_pp_3m", "unipc_3")
     assert od.PREDICTION_TYPES == ("epsilon", "v_prediction", "sample", "flow")
 
 
@@ -144,8 +144,9 @@ def test_mixed_requests_match_diffusers_alone_float64():
 
 
 def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float64():
-    """Karras, exponential and beta sigmas, final sigma_min, and a 50-step DPM++ 2M Karras
-    schedule whose timesteps repeat (its samples' steps told apart by their keys), in one batch."""
+    """Karras, exponential and beta sigmas, final sigma_min, solver order 3 (DPM++ 3M, UniPC), and
+    a 50-step DPM++ 2M Karras schedule whose timesteps repeat (its samples' steps told apart by
+    their keys), in one batch."""
     sd = dict(beta_schedule="scaled_linear", beta_start=0.00085, beta_end=0.012)
     configs = [("DPMSolverMultistepScheduler", dict(use_karras_sigmas=True, **sd), 50),
                ("EulerDiscreteScheduler", dict(use_karras_sigmas=True, **sd), 7),
@@ -155,7 +156,9 @@ def test_sigma_schedules_mixed_in_one_running_batch_match_diffusers_alone_float6
                ("DPMSolverMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, **sd), 18),
                ("DPMSolverMultistepScheduler", dict(solver_order=3), 6),
                ("UniPCMultistepScheduler", dict(use_beta_sigmas=True), 8),
-               ("EulerDiscreteScheduler", dict(use_beta_sigmas=True, **sd), 11)]
+               ("EulerDiscreteScheduler", dict(use_beta_sigmas=True, **sd), 11),
+               ("UniPCMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, **sd), 12),
+               ("UniPCMultistepScheduler", dict(solver_order=3, final_sigmas_type="sigma_min"), 7)]
     requests = [dict(shape=SHAPES[i % len(SHAPES)], scheduler=name, scheduler_config=config, num_inference_steps=steps,
                      seed=2000 + i) for i, (name, config, steps) in enumerate(configs)]
     model = tiny_unet()

@@ -75,7 +75,17 @@ CASES = [
     ("DPMSolverMultistepScheduler", dict(solver_order=3, final_sigmas_type="sigma_min", lower_order_final=False,
                                          prediction_type="v_prediction", beta_schedule="scaled_linear",
                                          beta_start=0.00085, beta_end=0.012), {}),
-    ("DPMSolverMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, prediction_type="sample"), {}),
+    # (A final sigma of 0 makes a run's result its last x0: sigma_min keeps the history in it. With
+    # Karras sigmas too, diffusers' float32 DPM++ 3M divides by a zero step at the end: NaN.)
+    ("DPMSolverMultistepScheduler", dict(solver_order=3, prediction_type="sample", final_sigmas_type="sigma_min",
+                                         timestep_spacing="trailing"), {}),
+    # UniPC of solver order 3: the corrector's third x0 rides on the kept corrected sample.
+    ("UniPCMultistepScheduler", dict(solver_order=3), {}),
+    ("UniPCMultistepScheduler", dict(solver_order=3, final_sigmas_type="sigma_min", lower_order_final=False,
+                                     prediction_type="v_prediction", timestep_spacing="trailing"), {}),
+    ("UniPCMultistepScheduler", dict(solver_order=3, use_karras_sigmas=True, prediction_type="sample",
+                                     final_sigmas_type="sigma_min", beta_schedule="scaled_linear",
+                                     beta_start=0.00085, beta_end=0.012), {}),
     # Stochastic samplers: each sample's noise at each step as diffusers draws it (from a
     # generator seeded per sample and step, or given).
     ("DDPMScheduler", {}, dict(noise=True)),
@@ -352,12 +362,17 @@ def test_bad_input_gets_clear_errors():
         od.EulerDiscreteScheduler(use_beta_sigmas=True, use_karras_sigmas=True)
     with pytest.raises(NotImplementedError, match="solver_order"):
         od.DPMSolverMultistepScheduler.from_config({"solver_order": 1})
-    with pytest.raises(NotImplementedError, match="solver_order=3 with algorithm_type='sde-dpmsolver\+\+'"):
+    with pytest.raises(NotImplementedError, match=r"solver_order=3 with algorithm_type='sde-dpmsolver\+\+'"):
         od.DPMSolverMultistepScheduler(solver_order=3, algorithm_type="sde-dpmsolver++")
     with pytest.raises(NotImplementedError, match="trained_betas"):
         od.DDIMScheduler.from_config({"trained_betas": [0.1, 0.2]})
     with pytest.raises(NotImplementedError, match="disable_corrector"):
         od.UniPCMultistepScheduler.from_config({"disable_corrector": [0]})
+    for order in (1, 4):
+        with pytest.raises(NotImplementedError, match=f"solver_order={order}.*supported: 2, 3"):
+            od.UniPCMultistepScheduler(solver_order=order)
+        with pytest.raises(NotImplementedError, match="solver_order"):
+            od.UniPCMultistepScheduler.from_config({"solver_order": order})
     dpm = od.DPMSolverMultistepScheduler()
     dpm.set_timesteps(10)
     with pytest.raises(ValueError, match="history"):
@@ -397,7 +412,9 @@ def _mixed_rows():
             od.EulerAncestralDiscreteScheduler().sampler_row(9),
             od.DPMSolverMultistepScheduler(algorithm_type="sde-dpmsolver++").sampler_row(7),
             od.DPMSolverMultistepScheduler(solver_order=3, prediction_type="v_prediction").sampler_row(16),
-            od.UniPCMultistepScheduler(prediction_type="sample", lower_order_final=False).sampler_row(30)]
+            od.UniPCMultistepScheduler(prediction_type="sample", lower_order_final=False).sampler_row(30),
+            od.UniPCMultistepScheduler(solver_order=3, prediction_type="v_prediction",
+                                       final_sigmas_type="sigma_min").sampler_row(13)]
 
 
 def _launch(m, x, offsets, t, rows, sample_rows, noise, state, device):
@@ -411,8 +428,8 @@ def _launch(m, x, offsets, t, rows, sample_rows, noise, state, device):
 def test_one_launch_of_mixed_samplers_equals_each_sampler_alone(device, dtype):
     rows = _mixed_rows()
     g = torch.Generator().manual_seed(4)
-    # Samples (ragged, one empty) in shuffled rows; two share a row; rows[-1] is used by none.
-    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1, 9, 8, 10, 9, 11]
+    # Samples (ragged, one empty) in shuffled rows; two share a row; rows[12] is used by none.
+    sample_rows = [3, 0, 7, 5, 1, 2, 4, 5, 6, 7, 1, 9, 8, 10, 9, 11, 13]
     sizes = [4 * int(torch.randint(0, 30, (1,), generator=g)) for _ in sample_rows]
     sizes[4] = 0
     offsets = torch.tensor([0] + sizes).cumsum(0).to(device)
@@ -467,8 +484,8 @@ def test_bad_rows_get_clear_errors():
 
     call()  # rows 7 and 8 (UniPC) need 3 state rows, but no sample reads them
     info = good.row_info.clone()
-    info[1, 0] = 9
-    with pytest.raises(ValueError, match=r"row_info\[1\]: kind 9"):
+    info[1, 0] = len(od.SAMPLER_KINDS)  # one past the last kind
+    with pytest.raises(ValueError, match=rf"row_info\[1\]: kind {len(od.SAMPLER_KINDS)}"):
         call(good._replace(row_info=info))
     info = good.row_info.clone()
     info[4, 1] = 0  # flow_euler predicting epsilon
@@ -482,8 +499,10 @@ def test_bad_rows_get_clear_errors():
         call(state_=None)
     with pytest.raises(ValueError, match="unipc, which needs a state of 3 rows"):
         call(rows_=torch.tensor([0, 7]))
-    with pytest.raises(ValueError, match=r"sample_rows\[1\] = 13"):
+    with pytest.raises(ValueError, match="unipc_3, which needs a state of 3 rows"):
         call(rows_=torch.tensor([0, 13]))
+    with pytest.raises(ValueError, match=rf"sample_rows\[1\] = {len(rows)}"):
+        call(rows_=torch.tensor([0, len(rows)]))
     with pytest.raises(ValueError, match="dpm_solver_pp_3m, which needs a state of 3 rows"):
         call(rows_=torch.tensor([0, 11]))
     with pytest.raises(ValueError, match="euler_ancestral, which adds noise at its steps: pass noise"):

@@ -73,8 +73,9 @@ void check_row_contents(const SamplerStepArgs& a) {
     TORCH_CHECK_VALUE((kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2M) &&
                        kind != static_cast<int64_t>(SamplerKind::DPMSolverPP2MSDE)) || state_rows >= 1,
                       "row ", r, " is ", name, ", which needs a state of at least 1 row (its last x0)");
-    TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::UniPC) || state_rows == 3, "row ", r,
-                      " is unipc, which needs a state of 3 rows (its last two x0 and its last corrected sample)");
+    TORCH_CHECK_VALUE((kind != static_cast<int64_t>(SamplerKind::UniPC) &&
+                       kind != static_cast<int64_t>(SamplerKind::UniPC3)) || state_rows == 3, "row ", r, " is ", name,
+                      ", which needs a state of 3 rows (its last two x0 and its last corrected sample)");
     TORCH_CHECK_VALUE(kind != static_cast<int64_t>(SamplerKind::DPMSolverPP3M) || state_rows == 3, "row ", r,
                       " is dpm_solver_pp_3m, which needs a state of 3 rows (its last two x0, and a third it writes)");
     const bool noisy = kind == static_cast<int64_t>(SamplerKind::EulerAncestral) ||

@@ -1,14 +1,14 @@
 // One diffusion sampler step for a whole batch, each sample at its own timestep.
 //
 // Every fused sampler (DDIM, DDPM, Euler, Euler ancestral, flow-matching Euler, DPM-Solver++
-// 2M and its SDE variant, UniPC bh2) is, per sample, a linear update with coefficients that
+// 2M and its SDE variant, DPM-Solver++ 3M, UniPC bh2 of order 2 or 3) is, per sample, a linear update with coefficients that
 // depend only on that sample's step (the stochastic ones add s * z, z the step's noise):
 //   x0   = clip(a * x + b * m)                  (the predicted clean sample)
 //   xs   = e * x + cl * L + c1 * h + c2 * h2 + cx * x0   (UniPC's corrected sample; else x)
-//   prev = p * xs + q * x0 + r * m + s * z + u * h
+//   prev = p * xs + q * x0 + r * m + s * z + u * h + v * h2
 // with x the sample, m the model output, z noise, h and h2 the sample's x0 of its last two
 // steps and L its last corrected sample (the multistep state: h becomes this step's x0,
-// h2 the old h, L the new xs). item(i) finds sample i's row (its sampler: kind, prediction
+// h2 the old h, L the new xs, plus cd * h2 for UniPC of order 3). item(i) finds sample i's row (its sampler: kind, prediction
 // type, schedule, table, options), looks up its step in the row's schedule and computes
 // the coefficients in double; the elements then cost a few fused multiply-adds. Samples of
 // different samplers mix freely in one launch. A negative timestep leaves its sample as it
@@ -63,6 +63,8 @@ struct SamplerRow {
 struct StepCoefficients {
   double a, b, p, q, r, s, u, clip;
   double e = 1.0, cl = 0.0, c1 = 0.0, c2 = 0.0, cx = 0.0;  // UniPC's corrector
+  double v = 0.0;   // prev's h2 weight (UniPC of order 3)
+  double cd = 0.0;  // the kept corrected sample is xs + cd * h2 (UniPC of order 3)
 };
 
 OCTOPUS_HD int64_t clamp_to(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
@@ -241,39 +243,93 @@ OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
   return c;
 }
 
-// UniPC's B(h) weights for one update of `order` (1 or 2) with step ratio rk (order 2):
-// rho[0] weighs the older difference, rho[1] the newest (as diffusers solves R rho = b).
-OCTOPUS_HD void unipc_rhos(double h, double rk, int order, bool corrector, double* rho0, double* rho1) {
-  const double hh = -h;  // predict_x0
-  const double h_phi_1 = expm1(hh);
-  const double b_h = expm1(hh);  // bh2
-  double h_phi_k = h_phi_1 / hh - 1.0;
-  const double b1 = h_phi_k * 1.0 / b_h;
-  h_phi_k = h_phi_k / hh - 1.0 / 2.0;
-  const double b2 = h_phi_k * 2.0 / b_h;
-  if (order == 1) {
-    *rho0 = 0.0;
-    *rho1 = corrector ? 0.5 : 0.0;
-    return;
+// Solves the n x n system A x = b (n <= 3) by elimination with partial pivoting (UniPC's
+// R rho = b, as diffusers solves it with torch.linalg.solve).
+OCTOPUS_HD void solve_small(int n, double A[3][3], double b[3], double x[3]) {
+  for (int c = 0; c < n; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < n; ++r) pivot = fabs(A[r][c]) > fabs(A[pivot][c]) ? r : pivot;
+    for (int j = 0; j < n; ++j) {
+      const double t = A[c][j]; A[c][j] = A[pivot][j]; A[pivot][j] = t;
+    }
+    const double t = b[c]; b[c] = b[pivot]; b[pivot] = t;
+    for (int r = c + 1; r < n; ++r) {
+      const double f = A[r][c] / A[c][c];
+      for (int j = c; j < n; ++j) A[r][j] -= f * A[c][j];
+      b[r] -= f * b[c];
+    }
   }
-  if (!corrector) {  // the predictor of order 2 uses rho = 0.5 on its one difference
-    *rho0 = 0.5;
-    *rho1 = 0.0;
-    return;
+  for (int r = n - 1; r >= 0; --r) {
+    double v = b[r];
+    for (int j = r + 1; j < n; ++j) v -= A[r][j] * x[j];
+    x[r] = v / A[r][r];
   }
-  *rho0 = (b1 - b2) / (1.0 - rk);  // R = [[1, 1], [rk, 1]], R rho = b
-  *rho1 = b1 - *rho0;
 }
 
-// UniPC (bh2, order 2, predict_x0): the corrector of the previous step's prediction with
-// this model output, then the predictor. Step k's order is min(2, k + 1, length - k).
+// One UniPC update (bh2, predict_x0) of `order` from sigmas[from] to sigmas[to]: with
+// m0 = the x0 at `from` and m_i = the x0 i steps before it (i < order), and for the corrector
+// m_t = the x0 at `to`,
+//   x_to = (sigma_t / sigma_0) x - w m0 - w (sum_i rho_i (m_i - m0) / r_i [+ rho_t (m_t - m0)])
+// with w = alpha_t (e^-h - 1) and r_i = (lambda(from - i) - lambda(from)) / h. weights[0] is
+// m0's weight, weights[i] m_i's; the corrector's m_t weight is weights[order].
+OCTOPUS_HD void unipc_update(const double* sigmas, int64_t from, int64_t to, int order, bool corrector,
+                             double* x_weight, double weights[4]) {
+  double alpha_t, sigma_t, alpha_0, sigma_0;
+  alpha_sigma(sigmas[to], &alpha_t, &sigma_t);
+  alpha_sigma(sigmas[from], &alpha_0, &sigma_0);
+  const double lambda_0 = lambda_of(sigmas[from]);
+  const double h = lambda_of(sigmas[to]) - lambda_0;
+  const double w = alpha_t * expm1(-h);  // alpha_t * B_h, and alpha_t * h_phi_1 (bh2)
+  *x_weight = sigma_t / sigma_0;
+  for (int i = 0; i < 4; ++i) weights[i] = 0.0;
+  weights[0] = -w;
+  double r[3] = {1.0, 1.0, 1.0};  // r_1 .. r_{order-1}, then 1 (the corrector's m_t)
+  for (int i = 1; i < order; ++i) r[i - 1] = (lambda_of(sigmas[from - i]) - lambda_0) / h;
+  // b_i = i! phi_{i+1}(h) h^-i / B_h terms, as diffusers builds them.
+  const double hh = -h, b_h = expm1(hh);
+  double h_phi_k = expm1(hh) / hh - 1.0, factorial = 1.0, b[3] = {0.0, 0.0, 0.0};
+  for (int i = 1; i <= order && i <= 3; ++i) {
+    b[i - 1] = h_phi_k * factorial / b_h;
+    factorial *= i + 1;
+    h_phi_k = h_phi_k / hh - 1.0 / factorial;
+  }
+  double rho[3] = {0.0, 0.0, 0.0};
+  const int unknowns = corrector ? order : order - 1;  // the predictor has no m_t
+  if (corrector && order == 1) {
+    rho[0] = 0.5;  // diffusers' order-1 corrector
+  } else if (!corrector && order == 2) {
+    rho[0] = 0.5;  // diffusers' order-2 predictor
+  } else if (unknowns > 0) {
+    double A[3][3];
+    for (int row = 0; row < unknowns; ++row) {
+      for (int col = 0; col < unknowns; ++col) A[row][col] = row == 0 ? 1.0 : (row == 1 ? r[col] : r[col] * r[col]);
+    }
+    double x[3];
+    solve_small(unknowns, A, b, x);
+    for (int i = 0; i < unknowns; ++i) rho[i] = x[i];
+  }
+  for (int i = 1; i < order; ++i) {  // - w rho_i (m_i - m0) / r_i
+    weights[i] = -w * rho[i - 1] / r[i - 1];
+    weights[0] += w * rho[i - 1] / r[i - 1];
+  }
+  if (corrector) {  // - w rho_t (m_t - m0)
+    weights[order] = -w * rho[order - 1];
+    weights[0] += w * rho[order - 1];
+  }
+}
+
+// UniPC (bh2, predict_x0, solver order 2 or 3): the corrector of the previous step's
+// prediction with this model output, then the predictor. Step k's order is
+// min(solver order, k + 1, and with lower_order_final length - k). An order-3 corrector's
+// oldest x0 (three steps back) is not in the state: the step before folds its term into the
+// corrected sample it keeps (L = xs + cd * h2, cd = that weight over the next step's cl).
 OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerRow& R, double t) {
   const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
   const double* sigmas = R.table;
-  const bool lower_order_final = R.final_first_order;
+  const int64_t solver_order = R.kind == SamplerKind::UniPC3 ? 3 : 2;
   auto order_at = [&](int64_t step) {
-    int64_t o = 2;
-    if (lower_order_final && length - step < o) o = length - step;
+    int64_t o = solver_order;
+    if (R.final_first_order && length - step < o) o = length - step;  // lower_order_final
     return static_cast<int>(o < step + 1 ? o : step + 1);
   };
   StepCoefficients c{};
@@ -284,37 +340,25 @@ OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerRow& R, double t) {
     case Prediction::Sample: c.a = 0.0; c.b = 1.0; break;
     default: c.a = alpha_s; c.b = -sigma_s; break;
   }
-  c.e = 1.0;
-  if (k > 0) {  // corrector: xs from L (the last corrected sample), h = x0_{k-1}, h2 = x0_{k-2}, x0
+  double weights[4];
+  if (k > 0) {  // corrector: xs from L, m0 = h = x0_{k-1}, m1 = h2 = x0_{k-2} (m2 rides on L), x0
     const int order = order_at(k - 1);
-    double alpha_t, sigma_t, alpha_0, sigma_0;
-    alpha_sigma(sigmas[k], &alpha_t, &sigma_t);
-    alpha_sigma(sigmas[k - 1], &alpha_0, &sigma_0);
-    const double h = lambda_of(sigmas[k]) - lambda_of(sigmas[k - 1]);
-    const double rk = order == 2 ? (lambda_of(sigmas[k - 2]) - lambda_of(sigmas[k - 1])) / h : 1.0;
-    double rho0, rho1;
-    unipc_rhos(h, rk, order, true, &rho0, &rho1);
-    const double w = alpha_t * expm1(-h);  // alpha_t * B_h, and alpha_t * h_phi_1
-    // xs = (sigma_t / sigma_0) L - w m0 - w (rho0 (h2 - m0) / rk + rho1 (x0 - m0)), m0 = h
+    unipc_update(sigmas, k - 1, k, order, true, &c.cl, weights);
     c.e = 0.0;
-    c.cl = sigma_t / sigma_0;
-    c.c1 = -w + (order == 2 ? w * rho0 / rk : 0.0) + w * rho1;
-    c.c2 = order == 2 ? -w * rho0 / rk : 0.0;
-    c.cx = -w * rho1;
+    c.c1 = weights[0];
+    c.c2 = order >= 2 ? weights[1] : 0.0;
+    c.cx = weights[order];
   }
-  // predictor from xs with m0 = x0 and, at order 2, h = x0_{k-1}
+  // predictor from xs: m0 = x0, m1 = h, m2 = h2
   const int order = order_at(k);
-  double alpha_t, sigma_t, alpha_0, sigma_0;
-  alpha_sigma(sigmas[k + 1], &alpha_t, &sigma_t);
-  alpha_sigma(sigmas[k], &alpha_0, &sigma_0);
-  const double h = lambda_of(sigmas[k + 1]) - lambda_of(sigmas[k]);
-  const double w = alpha_t * expm1(-h);
-  c.p = sigma_t / sigma_0;
-  c.q = -w;
-  if (order == 2) {  // - w * 0.5 * (h - x0) / rk
-    const double rk = (lambda_of(sigmas[k - 1]) - lambda_of(sigmas[k])) / h;
-    c.q += 0.5 * w / rk;
-    c.u = -0.5 * w / rk;
+  unipc_update(sigmas, k, k + 1, order, false, &c.p, weights);
+  c.q = weights[0];
+  c.u = weights[1];
+  c.v = weights[2];
+  if (k + 1 < length && order_at(k) == 3) {  // the next corrector's x0_{k-2} term, on L
+    double cl;
+    unipc_update(sigmas, k, k + 1, 3, true, &cl, weights);
+    c.cd = weights[2] / cl;
   }
   return c;
 }
@@ -326,7 +370,8 @@ OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, 
   switch (r.kind) {
     case SamplerKind::DDIM: return ddim_coefficients(r, t);
     case SamplerKind::DDPM: return ddpm_coefficients(r, t);
-    case SamplerKind::UniPC: return unipc_coefficients(r, t);
+    case SamplerKind::UniPC:
+    case SamplerKind::UniPC3: return unipc_coefficients(r, t);
     default: return sigma_coefficients(r, t);
   }
 }
@@ -382,7 +427,7 @@ struct SamplerStepOp {
     V m, x, z, h, h2, l;
   };
   struct Item {
-    acc_t a, b, p, q, r, s, u, clip, e, cl, c1, c2, cx;
+    acc_t a, b, p, q, r, s, u, clip, e, cl, c1, c2, cx, v, cd;
     bool skip;  // negative timestep: prev = x, history untouched
   };
 
@@ -400,12 +445,13 @@ struct SamplerStepOp {
     const double t = params.timesteps[i];
     if (!(t >= 0.0)) {
       return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0),
-                  acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
+                  acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
     }
     const StepCoefficients c = step_coefficients(params, i, t);
     auto f = [](double v) { return static_cast<acc_t>(v); };
     return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(reads_noise() ? c.s : 0.0),
-                f(reads_history() ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), false};
+                f(reads_history() ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), f(c.v), f(c.cd),
+                false};
   }
 
   OCTOPUS_HD InVec load(int64_t g) const {
@@ -469,10 +515,11 @@ struct SamplerStepOp {
     // Only UniPC corrects (e = 1 and the rest 0 for every other sampler).
     const acc_t xs = kMayCorrect ? it.e * x + it.cl * l + it.c1 * h + it.c2 * h2 + it.cx * x0 : x;
     *x0_out = x0;
-    *xs_out = xs;
+    *xs_out = kMayCorrect ? xs + it.cd * h2 : xs;  // the corrected sample kept (UniPC 3: with the next step's h2 term)
     acc_t prev = it.p * xs + it.q * x0 + it.r * m;
     if constexpr (kMayNoise) prev += it.s * z;
     if constexpr (kMayHistory) prev += it.u * h;
+    if constexpr (kMayCorrect) prev += it.v * h2;
     return prev;
   }
 };

@@ -10,13 +10,14 @@ namespace octopus {
 // The stochastic kinds (euler_ancestral, dpm_solver_pp_2m_sde, ddpm; ddim with eta > 0) read
 // the step's noise; the others never do. New kinds go at the end: the codes are stable.
 enum class SamplerKind : int64_t {
-  DDIM, Euler, FlowEuler, DPMSolverPP2M, UniPC, EulerAncestral, DPMSolverPP2MSDE, DDPM, DPMSolverPP3M
+  DDIM, Euler, FlowEuler, DPMSolverPP2M, UniPC, EulerAncestral, DPMSolverPP2MSDE, DDPM, DPMSolverPP3M, UniPC3
 };
 inline constexpr const char* kSamplerKindNames[] = {"ddim",           "euler",           "flow_euler",
                                                     "dpm_solver_pp_2m", "unipc",         "euler_ancestral",
-                                                    "dpm_solver_pp_2m_sde", "ddpm",      "dpm_solver_pp_3m"};
+                                                    "dpm_solver_pp_2m_sde", "ddpm",      "dpm_solver_pp_3m",
+                                                    "unipc_3"};
 inline constexpr int64_t kSamplerKinds = sizeof(kSamplerKindNames) / sizeof(kSamplerKindNames[0]);
-static_assert(kSamplerKinds == static_cast<int64_t>(SamplerKind::DPMSolverPP3M) + 1, "a name per sampler kind");
+static_assert(kSamplerKinds == static_cast<int64_t>(SamplerKind::UniPC3) + 1, "a name per sampler kind");
 
 // Kinds whose table is alphas_cumprod indexed by timestep (the others: one sigma per step and the final one).
 inline constexpr bool has_alphas_table(SamplerKind kind) { return kind == SamplerKind::DDIM || kind == SamplerKind::DDPM; }
@@ -36,7 +37,7 @@ struct RowInfo {
     kLength,              // steps in the row's schedule
     kTableLength,         // entries of the row's table in use (ddim: num_train_timesteps; others: length + 1)
     kStepRatio,           // ddim, ddpm: num_train_timesteps // num_inference_steps
-    kFinalFirstOrder,     // dpm_solver_pp_2m(_sde): the last step is first order; unipc: lower_order_final
+    kFinalFirstOrder,     // dpm_solver_pp_2m(_sde): the last step is first order; unipc(_3): lower_order_final
     kClippedModelOutput,  // ddim: use_clipped_model_output
     kFinalSecondOrder,    // dpm_solver_pp_3m: the second-to-last step is second order (lower_order_final, < 15 steps)
     kColumns

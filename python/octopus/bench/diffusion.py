@@ -5,7 +5,7 @@ Latents (random, float32): ``images`` 64 x 4x128x128, ``videos`` 16 x 16x4x60x10
 is a whole video). Samplers: DDIM (eta 0, epsilon, no clipping) and DPM-Solver++ 2M, with the
 peers below; then the stochastic ones (Euler ancestral, DPM-Solver++ 2M SDE, DDPM), each with
 its noise given and with its noise drawn on the device (generation counted), and a batch that
-mixes all eight sampler kinds in one launch (on CUDA each also as 30 steps in a CUDA graph,
+mixes every sampler kind in one launch (on CUDA each also as 30 steps in a CUDA graph,
 per step). Modes,
 side by side in one run: diffusers' ``scheduler.step`` called per sample in a Python loop
 (one scheduler per sample, where diffusers is installed), the same on 4 leased streams, and
@@ -170,7 +170,7 @@ _STOCHASTIC = (("EulerAncestral", lambda: od.EulerAncestralDiscreteScheduler(), 
 def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, x: torch.Tensor, steps: int,
                           repeats: int, copy_gbs: float) -> list:
     """The stochastic samplers' fused step, noise given and noise drawn; then one launch over a
-    batch whose samples cycle through all eight sampler kinds, beside its slowest kind alone."""
+    batch whose samples cycle through every sampler kind, beside its slowest kind alone."""
     device, n, nbytes = x.device, x.shape[0], x.numel() * x.element_size()
     rows: list = []
 
@@ -213,9 +213,10 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
             row(sampler, "octopus fused, noise drawn, CUDA graph (per step)", lambda: _repeated_in_graph(
                 lambda: sched.step(m, x, t, generator=generator, validate=False), measurer, repeats, generator),
                 moved, "torch.randn of the batch's shape counted")
-    # Every kind in one launch: sample i reads row i % 8 at its own step.
+    # Every kind in one launch: sample i reads row i % len(kinds) at its own step.
     makers = [od.DDIMScheduler(clip_sample=False), od.EulerDiscreteScheduler(), od.FlowMatchEulerDiscreteScheduler(),
-              od.DPMSolverMultistepScheduler(), od.UniPCMultistepScheduler()] + [make() for _, make, _ in _STOCHASTIC]
+              od.DPMSolverMultistepScheduler(), od.UniPCMultistepScheduler()] + [make() for _, make, _ in _STOCHASTIC] \
+        + [od.DPMSolverMultistepScheduler(solver_order=3), od.UniPCMultistepScheduler(solver_order=3)]
     kinds = [s.sampler_row(steps) for s in makers]
     tables = od.rows.RowTables.build(kinds, device)
     sample_rows = (torch.arange(n) % len(kinds)).to(device)
@@ -227,10 +228,11 @@ def _stochastic_and_mixed(measurer: Measurer, shape_name: str, m: torch.Tensor, 
         "the heaviest kind's bytes at the measured copy bandwidth")
     mixed = lambda: od.rows.fused_step(m.reshape(-1), values, offsets, t, tables,  # noqa: E731
                                        sample_rows=sample_rows, noise=z.reshape(-1), state=state)
-    row("mixed", "octopus fused, 8 kinds in one launch", measurer.measure(mixed, warmup=5, repeats=repeats), moved,
+    row("mixed", f"octopus fused, {len(kinds)} kinds in one launch", measurer.measure(mixed, warmup=5, repeats=repeats),
+        moved,
         "compare with each kind alone above")
     if device.type == "cuda":
-        row("mixed", "octopus fused, 8 kinds in one launch, CUDA graph (per step)",
+        row("mixed", f"octopus fused, {len(kinds)} kinds in one launch, CUDA graph (per step)",
             lambda: _repeated_in_graph(mixed, measurer, repeats), moved)
         # The same launch with every sample on one kind's row: what "no more than its slowest
         # kind" compares with (the same inputs are passed, so the same kernel variant runs).

@@ -24,7 +24,8 @@ from .._registrations import register_fake
 _LAYOUT = _library._C.sampler_step_layout
 SAMPLER_KINDS: tuple[str, ...] = tuple(_LAYOUT["kinds"])
 """The fused samplers: ``ddim``, ``euler``, ``flow_euler``, ``dpm_solver_pp_2m``, ``unipc``,
-``euler_ancestral``, ``dpm_solver_pp_2m_sde``, ``ddpm``, ``dpm_solver_pp_3m``."""
+``euler_ancestral``, ``dpm_solver_pp_2m_sde``, ``ddpm``, ``dpm_solver_pp_3m``, ``unipc_3`` (UniPC
+of solver order 3)."""
 PREDICTION_TYPES: tuple[str, ...] = tuple(_LAYOUT["predictions"])
 """What a model predicts: ``epsilon``, ``v_prediction``, ``sample``, or ``flow`` (flow_euler's velocity)."""
 _KIND_CODE = {name: code for code, name in enumerate(SAMPLER_KINDS)}
@@ -32,7 +33,7 @@ _PREDICTION_CODE = {name: code for code, name in enumerate(PREDICTION_TYPES)}
 _INFO_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_info"])}
 _SCALAR_COLUMN = {name: column for column, name in enumerate(_LAYOUT["row_scalars"])}
 # Multistep state rows each kind reads and writes (sampler_step's `state`).
-_STATE_ROWS = {"dpm_solver_pp_2m": 1, "dpm_solver_pp_2m_sde": 1, "unipc": 3, "dpm_solver_pp_3m": 3}
+_STATE_ROWS = {"dpm_solver_pp_2m": 1, "dpm_solver_pp_2m_sde": 1, "unipc": 3, "dpm_solver_pp_3m": 3, "unipc_3": 3}
 # Kinds whose table is alphas_cumprod indexed by timestep (the others: sigmas, one per step and the last).
 ALPHAS_KINDS = ("ddim", "ddpm")
 # Kinds that add noise at every step (ddim adds it where eta > 0, ddpm at every timestep but 0).

@@ -766,24 +766,25 @@ class DPMSolverMultistepScheduler(_SigmaScheduler):
 
 
 class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
-    """diffusers' ``UniPCMultistepScheduler.step`` (solver_type "bh2", solver_order 2,
+    """diffusers' ``UniPCMultistepScheduler.step`` (solver_type "bh2", solver_order 2 or 3,
     predict_x0) for a batch with one timestep per sample: the UniC corrector of the previous
     step and the UniP predictor in one launch, with each sample's last two x0 predictions and
-    its last corrected sample kept on the device.
+    its last corrected sample kept on the device (at order 3 the corrector's third x0 is
+    folded into the kept sample one step ahead).
 
     Supported: beta_schedule linear / scaled_linear / squaredcos_cap_v2; prediction_type
     epsilon / v_prediction / sample; timestep_spacing linspace / leading / trailing;
     lower_order_final (without it, a final sigma of 0 makes the last order-2 step divide by
     zero, in diffusers too); final_sigmas_type zero / sigma_min; use_karras_sigmas,
     use_exponential_sigmas or use_beta_sigmas (scipy). Steps must follow each other from a
-    sample's step 0. Not: bh1, orders other than 2, disable_corrector, solver_p, flow sigmas,
-    thresholding.
+    sample's step 0. Not: bh1, orders other than 2 and 3, disable_corrector, solver_p, flow
+    sigmas, thresholding.
     """
 
     _config_keys = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "prediction_type",
                     "timestep_spacing", "steps_offset", "lower_order_final", "final_sigmas_type", "use_karras_sigmas",
-                    "use_exponential_sigmas", "use_beta_sigmas", "rescale_betas_zero_snr")
-    _unsupported = {"solver_order": {2}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
+                    "use_exponential_sigmas", "use_beta_sigmas", "rescale_betas_zero_snr", "solver_order")
+    _unsupported = {"solver_order": {2, 3}, "solver_type": {"bh2"}, "predict_x0": {True}, "disable_corrector": {()},
                     "solver_p": {None}, "thresholding": {False},
                     "use_flow_sigmas": {False, None}, "trained_betas": {None}, "use_dynamic_shifting": {False}}
 
@@ -797,15 +798,19 @@ class UniPCMultistepScheduler(DPMSolverMultistepScheduler):
                  beta_schedule: str = "linear", prediction_type: str = "epsilon", timestep_spacing: str = "linspace",
                  steps_offset: int = 0, lower_order_final: bool = True, final_sigmas_type: str = "zero",
                  use_karras_sigmas: bool | None = False, use_exponential_sigmas: bool | None = False,
-                 use_beta_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False):
+                 use_beta_sigmas: bool | None = False, rescale_betas_zero_snr: bool = False, solver_order: int = 2):
+        if solver_order not in (2, 3):
+            raise NotImplementedError(f"solver_order={solver_order!r} is not supported by the fused UniPC step "
+                                      "(supported: 2, 3)")
         super().__init__(num_train_timesteps, beta_start, beta_end, beta_schedule, prediction_type, timestep_spacing,
                          steps_offset, lower_order_final=lower_order_final, final_sigmas_type=final_sigmas_type,
                          use_karras_sigmas=use_karras_sigmas, use_exponential_sigmas=use_exponential_sigmas,
                          use_beta_sigmas=use_beta_sigmas, rescale_betas_zero_snr=rescale_betas_zero_snr)
+        self.solver_order = int(solver_order)
 
     def sampler_row(self, num_inference_steps: int) -> SamplerRow:
         row = super().sampler_row(num_inference_steps)
-        return dataclasses.replace(row, kind="unipc")
+        return dataclasses.replace(row, kind="unipc_3" if self.solver_order == 3 else "unipc", final_second_order=False)
 
     def _final_first_order(self, steps: int) -> bool:
         return self.lower_order_final  # UniPC lowers its last orders with lower_order_final alone
