@@ -27,7 +27,7 @@ struct SamplerStepArgs {
 
 // The latents: model_output, sample and offsets (a ragged layout), noise, and the multistep
 // state [K, N] updated in place (K = 1: the last x0; K = 3: also the x0 before it and the
-// last corrected sample).
+// last corrected sample, for unipc_3 plus the next corrector's term in the x0 before that).
 void check_sampler_latents(SamplerStepArgs& a, const at::Tensor& model_output, const at::Tensor& sample,
                            const at::Tensor& offsets, const c10::optional<at::Tensor>& noise,
                            const c10::optional<at::Tensor>& state);
