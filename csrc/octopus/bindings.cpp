@@ -98,6 +98,16 @@ py::dict control_dict(const sched::ControlStats& c) {
     kd["alone_samples"] = k.alone_samples;
     kd["infeasible"] = k.infeasible;
     kd["infeasible_reason"] = k.infeasible_reason;
+    py::list steps;
+    for (const sched::StepLatency& at : k.steps) {
+      py::dict sd;
+      sd["jobs"] = at.jobs;
+      sd["over"] = at.over;
+      sd["p50_s"] = optional_number(at.p50_s);
+      sd["p99_s"] = optional_number(at.p99_s);
+      steps.append(sd);
+    }
+    kd["steps"] = steps;
     kinds[py::str(k.kind)] = kd;
   }
   out["kinds"] = kinds;

@@ -117,6 +117,22 @@ TEST(LatencyController, FindsItsWayBackDownFromStepsThatProtectNoBetter) {
   EXPECT_LE(changes(later), 14) << "tries of step 1 every 2 s, 4 s, 8 s, ...";
   const KindControl k = c.kinds().front();
   EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
+  // What each step bought the kind, as stats() reports it: probes' alone jobs left out.
+  ASSERT_EQ(k.steps.size(), 9u);
+  std::size_t jobs = 0;
+  for (const StepLatency& at : k.steps) jobs += at.jobs;
+  EXPECT_LE(jobs + k.alone_samples, k.samples);
+  EXPECT_GE(jobs + k.alone_samples + o.warmup_samples, k.samples) << "(the first jobs' alone ones are warm-up)";
+  EXPECT_GT(k.steps[2].jobs, 30000u);
+  for (const int step : {2, 6}) {
+    ASSERT_TRUE(k.steps[static_cast<std::size_t>(step)].p50_s) << step;
+    EXPECT_NEAR(*k.steps[static_cast<std::size_t>(step)].p50_s, 1.3e-3, 0.07e-3) << step;
+  }
+  ASSERT_TRUE(k.steps[1].p50_s);
+  EXPECT_NEAR(*k.steps[1].p50_s, 4e-3, 0.2e-3) << "the tries of step 1 were all over the target";
+  EXPECT_EQ(k.steps[1].over, k.steps[1].jobs);
+  EXPECT_EQ(k.steps[7].jobs, 0u);
+  EXPECT_FALSE(k.steps[7].p50_s);
 }
 
 TEST(LatencyController, ReactsToABurstWithinItsStatedTime) {

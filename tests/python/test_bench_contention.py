@@ -72,11 +72,17 @@ def test_verdicts_ratios_and_the_oracle():
 def test_a_controller_row_says_where_the_controller_spent_the_run():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
             row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0})]
+    at = lambda jobs, p50, p99: dict(jobs=jobs, over=0, p50_s=p50, p99_s=p99)  # noqa: E731
+    kinds = dict(a=dict(alone_p50_s=1e-3, alone_p99_s=2e-3, steps=[at(300, 1.5e-3, 5e-3), at(0, None, None),
+                                                                     at(900, 1.2e-3, 3e-3), at(19, 9e-3, 9e-3)]),
+                 b=dict(alone_p50_s=None, alone_p99_s=None, steps=[at(300, 1e-3, 1e-3)] * 4))  # no alone yet
     rows[2]["control"] = dict(enabled=True, step=2, steps=4, seconds_at_steps=[1.0, 0.0, 3.0, 0.0], climbs=3,
-                              median_climbs=1, descents=1)
+                              median_climbs=1, descents=1, kinds=kinds)
     report.summarize(rows)
-    line = report.format_table(rows).splitlines()[2]
-    assert line.endswith("| step 2/3, % of time per step [25 0 75 0], climbs 3 (1 median), descents 1")
+    lines = report.format_table(rows).splitlines()
+    assert lines[2].endswith("| step 2/3, % of time per step [25 0 75 0], climbs 3 (1 median), descents 1")
+    # What each step with 20 jobs or more bought each kind with an alone latency.
+    assert lines[3] == "    by step, p50/p99 over alone (jobs): a s0 1.50/2.50 (300), s2 1.20/1.50 (900)"
     assert "step" not in report.format_table(rows[:2])
 
 

@@ -139,7 +139,15 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
     assert kind["target_s"] == pytest.approx(1.5 * kind["alone_p99_s"])
     assert 3e-4 <= kind["alone_p50_s"] <= kind["alone_p99_s"] and kind["recent_p50_s"] >= 3e-4
     assert 0 <= kind["attainment"] <= 1 and not kind["infeasible"]
-    assert sched.stats()["devices"][0]["control"]["probes"] >= 1
+    control = sched.stats()["devices"][0]["control"]
+    assert control["probes"] >= 1
+    # Per step of the ladder, the kind's jobs there with best-effort work present (not the alone ones).
+    steps = kind["steps"]
+    assert len(steps) == control["steps"]
+    assert kind["alone_samples"] + sum(at["jobs"] for at in steps) <= kind["samples"]
+    held = [at for at in steps if at["jobs"]]
+    assert held and all(3e-4 <= at["p50_s"] <= at["p99_s"] and at["over"] <= at["jobs"] for at in held)
+    assert all(at["p50_s"] is None for at in steps if not at["jobs"])
 
 
 def test_set_target_checks_its_arguments():

@@ -78,7 +78,7 @@ LatencyController::LatencyController(ControllerOptions options, std::vector<Cont
 LatencyController::Kind& LatencyController::kind(const std::string& name) {
   auto it = kinds_.find(name);
   if (it == kinds_.end()) {
-    it = kinds_.emplace(name, Kind(options_.alone_window, options_.recent_window)).first;
+    it = kinds_.emplace(name, Kind(options_.alone_window, options_.recent_window, ladder_.size())).first;
     it->second.budget = options_.budget_cap;
   }
   return it->second;
@@ -129,6 +129,12 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   k.samples += 1;
   samples_at_step_ += 1;
   const std::optional<double> target = target_s(k);
+  if (!alone) {
+    Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
+    at.jobs += 1;
+    at.over += target && latency_s > *target ? 1 : 0;
+    at.recent.add(latency_s);
+  }
   if (target) {
     const bool over = latency_s > *target;
     k.judged += 1;
@@ -310,6 +316,9 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.budget = k.budget;
     c.infeasible = k.infeasible;
     c.infeasible_reason = k.reason;
+    for (const Kind::AtStep& at : k.at_steps) {
+      c.steps.push_back(StepLatency{at.jobs, at.over, at.recent.quantile(0.5), at.recent.quantile(0.99)});
+    }
     out.push_back(std::move(c));
   }
   return out;

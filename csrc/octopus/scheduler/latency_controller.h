@@ -116,6 +116,14 @@ struct ControllerOptions {
   std::size_t infeasible_samples = 200;
 };
 
+// One kind's latencies while the controller held one step (BE work present; probes left out):
+// what each step of the ladder bought it on this workload.
+struct StepLatency {
+  std::size_t jobs = 0;
+  std::size_t over = 0;  // of them, over the target in force then
+  std::optional<double> p50_s, p99_s;  // of its most recent jobs at the step
+};
+
 // What the controller knows of one kind, for stats and warnings.
 struct KindControl {
   std::string kind;
@@ -131,6 +139,7 @@ struct KindControl {
   double budget = 0.0;              // its error budget (ControllerOptions::attainment)
   bool infeasible = false;
   std::string infeasible_reason;
+  std::vector<StepLatency> steps;   // per step of the ladder
 };
 
 class LatencyController {
@@ -181,8 +190,16 @@ class LatencyController {
     bool infeasible = false;
     std::string reason;
     bool reported = false;
-    Kind(std::size_t alone_window, std::size_t recent_window) : alone(alone_window), recent(recent_window) {}
+    struct AtStep {
+      std::size_t jobs = 0, over = 0;
+      detail::SampleWindow recent;
+      explicit AtStep(std::size_t window) : recent(window) {}
+    };
+    std::vector<AtStep> at_steps;  // per step of the ladder
+    Kind(std::size_t alone_window, std::size_t recent_window, std::size_t steps)
+        : alone(alone_window), recent(recent_window), at_steps(steps, AtStep(kStepWindow)) {}
   };
+  static constexpr std::size_t kStepWindow = 128;  // jobs per kind and step kept for its percentiles
 
   Kind& kind(const std::string& name);
   std::optional<double> target_s(const Kind& k) const;

@@ -78,7 +78,8 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         meets = " ".join(f"{k}:{'yes' if v else 'no'}" for k, v in r.get("meets", {}).items())
         stalls = f" | {len(r['stalls'])} stalls" if r.get("stalls") else ""
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
-                     f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control")))
+                     f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control"))
+                     + _controller_steps(r.get("control")))
     return "\n".join(lines)
 
 
@@ -92,6 +93,24 @@ def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     shares = " ".join(f"{100 * t / total:.0f}" for t in seconds)
     return (f" | step {control['step']}/{control['steps'] - 1}, % of time per step [{shares}], "
             f"climbs {control['climbs']} ({control['median_climbs']} median), descents {control['descents']}")
+
+
+def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> str:
+    """A second line: per LC kind, what each step the controller held (for min_jobs of its jobs
+    or more) bought it over the run: its p50 / p99 there over its own alone p50 / p99 (the
+    controller's timing, request to completion on the device), and its jobs there."""
+    if not control or not control.get("enabled"):
+        return ""
+    parts = []
+    for name, k in control.get("kinds", {}).items():
+        alone_p50, alone_p99 = k.get("alone_p50_s"), k.get("alone_p99_s")
+        if not alone_p50 or not alone_p99:
+            continue
+        steps = [f"s{i} {at['p50_s'] / alone_p50:.2f}/{at['p99_s'] / alone_p99:.2f} ({at['jobs']})"
+                 for i, at in enumerate(k.get("steps", [])) if at["jobs"] >= min_jobs]
+        if steps:
+            parts.append(f"{name} " + ", ".join(steps))
+    return "\n    by step, p50/p99 over alone (jobs): " + "; ".join(parts) if parts else ""
 
 
 def format_repeats(rows: List[Dict[str, Any]]) -> str:
