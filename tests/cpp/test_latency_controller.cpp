@@ -239,6 +239,41 @@ TEST(LatencyController, AMedianOverTwiceTheAloneMedianClimbsThoughTheP99IsWithin
   EXPECT_LE(c.median_climbs(), c.climbs());
 }
 
+TEST(LatencyController, AMedianNoStepLowersDoesNotHoldBestEffortWorkBack) {
+  // The kind's median is 2.3x its alone median at every step (its host's, not the device's):
+  // over its bound, and no step helps. Its p99 (~2.4 ms) is within the 3x target. The
+  // controller climbs once through the steps it has no record of, then steps back down (the
+  // steps below are no worse for the median) and stays at the bottom, looking up again when a
+  // record expires (step_memory_s).
+  ScriptedDevice device{{2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3, 2.3}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  c.set_target("lc", LatencyTarget{std::nullopt, 3.0});
+  const ControllerOptions o{};
+  const std::vector<int> first = device.run(c, 10000);
+  EXPECT_EQ(*std::max_element(first.begin(), first.end()), 8) << "it looked at every step once";
+  const std::vector<int> late = device.run(c, 40000);
+  EXPECT_EQ(std::count(late.begin(), late.end(), 0), static_cast<long>(late.size()));
+  const KindControl k = c.kinds().front();
+  EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
+  for (const StepLatency& at : k.steps) {
+    if (at.jobs >= 32) EXPECT_NEAR(*at.p50_s, 2.3e-3, 0.1e-3);
+  }
+  // Its records expire after step_memory_s: it looks up again.
+  const std::vector<int> again = device.run(c, static_cast<int>(o.step_memory_s / kPeriod) - 50000 + 5000);
+  EXPECT_GT(*std::max_element(again.begin(), again.end()), 0);
+}
+
+TEST(LatencyController, AMedianThatAHigherStepLowersStillClimbsThere) {
+  // As above, but step 3 brings the median within its bound: the controller settles there.
+  ScriptedDevice device{{2.3, 2.3, 2.3, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5}};
+  LatencyController c(ControllerOptions{}, ladder_of(9));
+  c.set_target("lc", LatencyTarget{std::nullopt, 3.0});
+  device.run(c, 30000);
+  const std::vector<int> late = device.run(c, 30000);
+  EXPECT_GT(std::count(late.begin(), late.end(), 3), 27000);
+  EXPECT_LE(changes(late), 20);
+}
+
 TEST(LatencyController, AMedianWithinTwiceTheAloneMedianLeavesBestEffortWorkAlone) {
   ScriptedDevice device{{1.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}};
   LatencyController c(ControllerOptions{}, ladder_of(9));

@@ -111,6 +111,13 @@ std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
   return options_.median_ratio * *k.alone_p50_s;
 }
 
+std::optional<double> LatencyController::median_at(const Kind& k, int step, double now_s) const {
+  if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
+  const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
+  if (at.recent.size() < options_.median_samples || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
+  return at.recent.quantile(0.5);
+}
+
 void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
   if (!started_) {
     started_ = true;
@@ -133,6 +140,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
     at.jobs += 1;
     at.over += target && latency_s > *target ? 1 : 0;
+    at.last_s = now_s;
     at.recent.add(latency_s);
   }
   if (target) {
@@ -149,7 +157,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     check_infeasible(name, k, *target);
     const bool median_due = k.samples % options_.median_every == 0 && k.recent.size() >= options_.median_samples;
     const std::optional<double> median_bound = median_due ? median_bound_s(k) : std::nullopt;
-    const bool median_over = median_bound && *k.recent.quantile(0.5) > *median_bound;
+    const std::optional<double> median = median_bound ? k.recent.quantile(0.5) : std::nullopt;
+    const std::optional<double> above = median ? median_at(k, step_ + 1, now_s) : std::nullopt;
+    const bool median_over = median && *median > *median_bound && !(above && *above >= options_.median_gain * *median);
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
@@ -251,7 +261,11 @@ void LatencyController::maybe_descend(double now_s) {
     const std::optional<double> p99 = k.recent.quantile(0.99);
     if (k.budget < options_.loosen_budget || !p99 || *p99 > margin * *target) return;
     const std::optional<double> median_bound = median_bound_s(k);
-    if (median_bound && *k.recent.quantile(0.5) > margin * *median_bound) return;
+    const std::optional<double> median = k.recent.quantile(0.5);
+    if (median_bound && *median > margin * *median_bound) {
+      const std::optional<double> below = median_at(k, step_ - 1, now_s);
+      if (!below || *below * options_.median_gain > *median) return;  // the step below may be worse for it
+    }
     any = true;
   }
   if (!any) return;

@@ -86,6 +86,15 @@ struct ControllerOptions {
   double median_ratio = 2.0;
   std::size_t median_samples = 32;
   std::size_t median_every = 16;
+  // Holding BE work back further does not always lower a kind's median (an eager kind's
+  // median may be its host's, not the device's). A median over its bound climbs only where the
+  // step above has no record of that kind's median (jobs there in the last step_memory_s, at
+  // least median_samples of them) below median_gain x the median now; and a median over its
+  // bound does not keep the controller from stepping down to a step whose record is at most
+  // 1 / median_gain x the median now. The records expire, so a changed workload is explored
+  // again.
+  double median_gain = 0.95;
+  double step_memory_s = 120.0;
   // After a climb, this many samples of every kind must arrive before the next one (the
   // slices in flight at the old step still run).
   int settle_samples = 3;
@@ -192,6 +201,7 @@ class LatencyController {
     bool reported = false;
     struct AtStep {
       std::size_t jobs = 0, over = 0;
+      double last_s = -1e300;  // when its last job completed
       detail::SampleWindow recent;
       explicit AtStep(std::size_t window) : recent(window) {}
     };
@@ -205,6 +215,9 @@ class LatencyController {
   std::optional<double> target_s(const Kind& k) const;
   // The median bound of a kind with a relative target and enough alone samples (else none).
   std::optional<double> median_bound_s(const Kind& k) const;
+  // The kind's median while the controller last held `step`, where that record is recent
+  // and rests on enough jobs (else none).
+  std::optional<double> median_at(const Kind& k, int step, double now_s) const;
   // Climbs up to `steps` steps; false where it was at the top already.
   bool climb(int steps, double now_s);
   // Moves to `step`, adding the time at the step left to its account.
