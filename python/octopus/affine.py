@@ -72,7 +72,8 @@ def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: Pa
     checked on every call). Differentiable with respect to values, scale and bias.
 
     ``strategy="auto"`` uses the strategy and block size :func:`octopus.autotune` chose for
-    the device (the built-in default where it never ran); an explicit ``block_elems`` wins.
+    the device and the batch's layout class (the built-in default where it never ran); an
+    explicit ``block_elems`` wins.
     """
     check_strategy(strategy, allow_auto=True)
     if isinstance(x, torch.Tensor) and not x.is_nested:
@@ -81,7 +82,7 @@ def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: Pa
         raise ValueError("offsets is taken from the ragged batch x; pass it only with a 1-D values tensor")
     given = as_ragged(x, "x")
     batch = given.batch
-    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device, len(batch), batch.numel())
     block_elems = resolve_block_elems(block_elems)
     m = len(batch)
     s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, batch.values)
@@ -98,10 +99,10 @@ def _affine_values(values: torch.Tensor, scale: ParamLike, bias: ParamLike, offs
                         f"{describe(values)} and no offsets")
     if not isinstance(offsets, torch.Tensor):
         raise TypeError(f"offsets must be an int64 tensor [num_items + 1], got {describe(offsets)}")
-    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
-    block_elems = resolve_block_elems(block_elems)
     # The op names what is wrong with offsets that have no entry (or not one dimension).
     m = max(offsets.shape[0] - 1, 0) if offsets.dim() == 1 else 0
+    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device, m, values.numel())
+    block_elems = resolve_block_elems(block_elems)
     s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, values)
     out: torch.Tensor = torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
     return out

@@ -140,7 +140,7 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     host_offsets[1:] = host_sizes.prod(1).cumsum(0)
     num_out = int(host_offsets[-1])
     check_strategy(strategy, allow_auto=True)
-    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, values.device, hw.shape[0], num_out)
     block_elems = resolve_block_elems(block_elems)
     out_dtype = torch.float32 if values.dtype == torch.uint8 else values.dtype
     layout = RaggedBatch(values.new_empty((1,), dtype=out_dtype).expand(num_out), host_offsets.to(values.device),

@@ -108,7 +108,7 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
     if mean is not None and std is not None and max(channels, 1) != len(mean):
         raise ValueError(f"mean and std must have one value per channel ({max(channels, 1)}), got {len(mean)} and "
                          f"{len(std)}")
-    strategy, block = tuning.resolve("auto", block_elems, batch.device)
+    strategy, block = tuning.resolve("auto", block_elems, batch.device, len(batch), batch.numel())
     block = resolve_block_elems(block)
     stats_block = resolve_block_elems(block_elems or STATS_BLOCK_ELEMS)
     plan = batch.plan(stats_block) if batch.device.type == "cuda" and mean is None else None

@@ -40,7 +40,9 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     slot read as 0. Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
         raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
-    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device)
+    # (The slots' elements stand for the items' in the layout class: the sizes may be on the device.)
+    strategy, block_elems = tuning.resolve(check_strategy(strategy, allow_auto=True), block_elems, padded.device,
+                                           padded.shape[0] if padded.dim() else 0, padded.numel())
     block_elems = resolve_block_elems(block_elems)
     layout = _batch_layout(padded, sizes) if isinstance(sizes, RaggedBatch) else _sizes_layout(padded, sizes)
     values = torch.ops.octopus.from_padded(padded, layout.offsets, layout.sizes, layout.numel(), strategy, block_elems,

@@ -23,7 +23,7 @@ def run_pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: 
     given = as_ragged(x, "x")
     x = given.batch
     check_strategy(strategy, allow_auto=True)
-    strategy, block_elems = tuning.resolve(strategy, block_elems, x.device)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, x.device, len(x), x.numel())
     block_elems = resolve_block_elems(block_elems)
     m = len(x)
     pa, pb = item_params(a, a_name, 0.0, b, b_name, b_fill, m, x.values)

@@ -66,7 +66,7 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     if border not in BORDERS:
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     check_strategy(strategy, allow_auto=True)
-    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device)
+    strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device, len(batch), batch.numel())
     block_elems = resolve_block_elems(block_elems)
     channels = _channels(batch)
     dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32

@@ -1,10 +1,11 @@
 """``octopus.autotune()``: pick the default strategy and block size for this device from
-short probes, and remember the choice on disk.
+short probes, per class of batch layout, and remember the choices on disk.
 
-Ops called with ``strategy="auto"`` (their default) use the choice made for their device:
-in this process if :func:`autotune` ran, else from the on-disk cache if an earlier process
-tuned this device with this octopus and torch, else the built-in default
-(:data:`octopus.DEFAULT_STRATEGY`, :data:`octopus.DEFAULT_BLOCK_ELEMS`). Ops never probe
+Ops called with ``strategy="auto"`` (their default) use the choice made for their device and
+their batch's layout class (its mean item size, which the host knows without reading the
+device: :func:`layout_class`): in this process if :func:`autotune` ran, else from the on-disk
+cache if an earlier process tuned this device with this octopus and torch, else the built-in
+default (:data:`octopus.DEFAULT_STRATEGY`, :data:`octopus.DEFAULT_BLOCK_ELEMS`). Ops never probe
 on their own: a probe inside a user's loop, a CUDA-graph capture or a ``torch.compile``
 trace would be a surprise. Call :func:`autotune` once, e.g. at start-up.
 
@@ -39,11 +40,33 @@ CACHE_FILE = "autotune.json"
 # synchronization: a comparison point, not a default).
 CANDIDATE_STRATEGIES = ("plan", "block_search", "search", "lookup")
 CANDIDATE_BLOCK_ELEMS = (2048, 4096, 8192, 16384)
+SMALL_ITEMS_MEAN = 2048
+LAYOUT_PROBES: Dict[str, Tuple[str, ...]] = {
+    "small_items": ("location_bound", "dust_giant", "heavy_tail"),
+    "large_items": ("memory_bound", "bimodal"),
+}
+"""Layout classes, by a batch's mean item size (elements over items, known on the host
+without a synchronization; below ``SMALL_ITEMS_MEAN`` = 2048 a batch is ``small_items``), and
+the probes of each: a regular layout and skewed ones of a like mean, so that a class's choice
+is measured on the skews a batch of that mean may hide."""
+# A class keeps plan (the safe default) unless another candidate's worst ratio to the fastest
+# over the class's probes beats plan's by more than this.
+PLAN_MARGIN = 0.03
+
+
+def layout_class(items: int, elements: int) -> str:
+    """The layout class of a batch of ``items`` items holding ``elements`` elements in all."""
+    return "small_items" if elements < SMALL_ITEMS_MEAN * max(items, 1) else "large_items"
 
 
 @dataclasses.dataclass(frozen=True)
 class TunedChoice:
-    """What :func:`autotune` picked for a device, and the probe times it picked from."""
+    """What :func:`autotune` picked for a device, and the probe times it picked from.
+
+    ``strategy`` and ``block_elems``: the choice over every probe (what a batch whose layout
+    is not known gets); ``by_class``: the choice per layout class (:data:`LAYOUT_PROBES`),
+    ``(strategy, block_elems)``, over that class's probes.
+    """
 
     strategy: str
     block_elems: int
@@ -52,9 +75,40 @@ class TunedChoice:
     source: str  # "probe" (measured now), "cache" (read from disk) or "default"
     probe_ms: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
     elapsed_s: float = 0.0
+    by_class: Dict[str, Tuple[str, int]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def for_layout(self, items: Optional[int] = None, elements: Optional[int] = None) -> Tuple[str, int]:
+        """``(strategy, block_elems)`` for a batch of ``items`` items and ``elements``
+        elements (the device-wide choice where either is unknown or the class was not probed)."""
+        if items is not None and elements is not None:
+            chosen = self.by_class.get(layout_class(items, elements))
+            if chosen is not None:
+                return chosen
+        return self.strategy, self.block_elems
+
+
+def pick(probe_ms: Dict[str, Dict[str, float]], probes: Optional[Tuple[str, ...]] = None) -> Tuple[str, int]:
+    """The candidate (``"strategy:block"`` keys of each probe's times) whose worst time over
+    ``probes`` (default: all), relative to each probe's fastest, is the lowest; plan's best
+    candidate instead where its worst is within :data:`PLAN_MARGIN` of that."""
+    names = [p for p in (probes or tuple(probe_ms)) if probe_ms.get(p)]
+    if not names:
+        raise ValueError("no probe times to pick from")
+    candidates = set.intersection(*(set(probe_ms[p]) for p in names))
+    if not candidates:
+        raise ValueError("no candidate was measured on every probe")
+    worst = {c: max(probe_ms[p][c] / min(probe_ms[p].values()) for p in names) for c in candidates}
+    winner = min(sorted(worst), key=lambda c: worst[c])
+    plans = [c for c in sorted(worst) if c.startswith(f"{DEFAULT_STRATEGY}:")]
+    if plans:
+        plan = min(plans, key=lambda c: worst[c])
+        if worst[plan] <= worst[winner] + PLAN_MARGIN:
+            winner = plan
+    strategy, block = winner.split(":")
+    return strategy, int(block)
 
 
 # (device type, index) -> choice, for this process. Read without locking: a dict lookup,
@@ -111,13 +165,17 @@ def _write_cache(path: Path, data: Dict[str, Any]) -> None:
 
 def _from_entry(entry: Any, device: torch.device, key: str) -> Optional[TunedChoice]:
     """A cached entry, or None where it is malformed."""
-    try:
-        strategy, block = entry["strategy"], int(entry["block_elems"])
+    def checked(strategy: Any, block: Any) -> Tuple[str, int]:
         check_strategy(strategy)
-        if block <= 0 or block % 16:
-            return None
+        if int(block) <= 0 or int(block) % 16:
+            raise ValueError(f"bad block size {block!r}")
+        return strategy, int(block)
+
+    try:
+        strategy, block = checked(entry["strategy"], entry["block_elems"])
+        by_class = {name: checked(*pair) for name, pair in entry.get("by_class", {}).items() if name in LAYOUT_PROBES}
         return TunedChoice(strategy, block, device_name(device), key, "cache", entry.get("probe_ms", {}),
-                           float(entry.get("elapsed_s", 0.0)))
+                           float(entry.get("elapsed_s", 0.0)), by_class)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -136,8 +194,11 @@ def tuned_choice(device: DeviceLike) -> TunedChoice:
     return choice
 
 
-def resolve(strategy: str, block_elems: Optional[int], device: torch.device) -> Tuple[str, Optional[int]]:
-    """``("auto", None)`` -> this device's choice; an explicit block size is kept."""
+def resolve(strategy: str, block_elems: Optional[int], device: torch.device, items: Optional[int] = None,
+            elements: Optional[int] = None) -> Tuple[str, Optional[int]]:
+    """``("auto", None)`` -> this device's choice for a batch of ``items`` items and
+    ``elements`` elements (its layout class's; the device-wide one where they are not given);
+    an explicit block size is kept."""
     if strategy != "auto":
         return strategy, block_elems
     if torch.compiler.is_compiling():
@@ -146,7 +207,8 @@ def resolve(strategy: str, block_elems: Optional[int], device: torch.device) -> 
             return DEFAULT_STRATEGY, block_elems
     else:
         choice = tuned_choice(device)
-    return choice.strategy, block_elems if block_elems else choice.block_elems
+    chosen, block = choice.for_layout(items, elements)
+    return chosen, block_elems if block_elems else block
 
 
 def forget() -> None:
@@ -154,24 +216,45 @@ def forget() -> None:
     _CHOICES.clear()
 
 
+def _probe_sizes(name: str, elements: int, g: torch.Generator) -> torch.Tensor:
+    """Item sizes of a probe of about ``elements`` elements in all."""
+    if name == "memory_bound":  # regular, 3K-8K elements: the block size's effect on streaming
+        return torch.randint(3_000, 8_001, (max(1, elements // 5_500),), generator=g)
+    if name == "location_bound":  # regular, 16-256: finding the item costs as much as its bytes
+        return torch.randint(16, 257, (max(1, elements // 136),), generator=g)
+    if name == "bimodal":  # 90% of 300-800 elements, 10% of 30K-80K
+        items = max(1, elements // 6_000)
+        large = torch.rand(items, generator=g) < 0.1
+        return torch.where(large, torch.randint(30_000, 80_001, (items,), generator=g),
+                           torch.randint(300, 801, (items,), generator=g))
+    if name == "heavy_tail":  # Pareto (shape 0.85, median 40): a few items hold most elements
+        items = max(1, elements // 1_100)
+        u = (torch.arange(items, dtype=torch.float64) + 0.5) / items
+        sizes = (40 / 2 ** (1 / 0.85) * (1 - u) ** (-1 / 0.85)).round().long().clamp(max=elements // 2)
+        return sizes[torch.randperm(items, generator=g)]
+    if name == "dust_giant":  # 0-64 elements (empty ones included) and one item of 400 per dust item
+        items = max(1, elements // 432)
+        dust = torch.randint(0, 65, (items,), generator=g)
+        at = int(torch.randint(0, items + 1, (1,), generator=g))
+        return torch.cat([dust[:at], torch.tensor([400 * items]), dust[at:]])
+    raise ValueError(f"unknown probe {name!r}")
+
+
 def _probe_batches(device: torch.device) -> Dict[str, RaggedBatch]:
-    """Two probes: memory-bound (fp32 items of 3K-8K elements, 16x the L2 on a GPU: large
-    enough that the block size's effect on streaming shows) and location-bound (items of
-    16-256 elements, 4x the L2: finding the item costs as much as moving the bytes)."""
+    """The probes of :data:`LAYOUT_PROBES`, float32: the memory-bound one 16x the L2 on a GPU
+    (large enough that the block size's effect on streaming shows), the others 4x."""
     from .ragged import RaggedBatch
     if device.type == "cuda":
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
         l2_elems = max(l2 // 4, 1 << 20)  # fp32 elements that fill the L2
-        targets = {"memory_bound": 16 * l2_elems, "location_bound": 4 * l2_elems}
     else:
-        targets = {"memory_bound": 1 << 20, "location_bound": 1 << 20}
+        l2_elems = 1 << 16
     g = torch.Generator().manual_seed(0)
     values_g = torch.Generator(device=device).manual_seed(0)
     batches = {}
-    for name, (lo, hi) in (("memory_bound", (3_000, 8_000)), ("location_bound", (16, 256))):
-        items = max(1, targets[name] // ((lo + hi) // 2))
-        lengths = torch.randint(lo, hi + 1, (items,), generator=g)
-        offsets = torch.zeros(items + 1, dtype=torch.int64)
+    for name in dict.fromkeys(p for probes in LAYOUT_PROBES.values() for p in probes):
+        lengths = _probe_sizes(name, (16 if name == "memory_bound" else 4) * l2_elems, g)
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
         offsets[1:] = lengths.cumsum(0)
         values = torch.randn(int(offsets[-1]), generator=values_g, device=device)
         batches[name] = RaggedBatch(values, offsets.to(device), lengths.view(-1, 1).to(device), validate=False)
@@ -181,12 +264,15 @@ def _probe_batches(device: torch.device) -> Dict[str, RaggedBatch]:
 def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strategies: Optional[List[str]] = None,
              block_sizes: Optional[List[int]] = None, repeats: int = 9) -> TunedChoice:
     """Measures the strategies and block sizes on ``device`` (default: the current CUDA
-    device, else the CPU) with two short probes and makes the fastest the choice of
-    ``strategy="auto"``; the choice is saved to the on-disk cache. With a cached choice for
-    this device and version and ``force=False``, returns it without probing.
+    device, else the CPU) with short probes of each layout class (:data:`LAYOUT_PROBES`) and
+    makes the choices of ``strategy="auto"``; they are saved to the on-disk cache. With a
+    cached choice for this device and version and ``force=False``, returns it without probing.
 
-    A candidate's score is the sum over the probes of its time (building its metadata on a
-    fresh batch plus one affine pass) relative to the probe's fastest candidate.
+    A candidate's time on a probe is building its metadata on a fresh batch plus one affine
+    pass. Per class, the choice is the candidate whose worst time over the class's probes,
+    relative to each probe's fastest, is the lowest (:func:`pick`; plan where it is within 3%
+    of that): never badly wrong on the skew a mean item size can hide. The device-wide choice
+    is the same over every probe.
     """
     if device is None:
         from ._library import built_with_cuda
@@ -223,18 +309,14 @@ def autotune(device: Optional[DeviceLike] = None, *, force: bool = False, strate
                                                                  meta, False)
                     return out
                 probe_ms[probe][f"{s}:{b}"] = median_ms(one_pass, device, warmup=1, repeats=repeats)
-    scores: Dict[str, float] = {}
-    for probe, times in probe_ms.items():
-        best = min(times.values())
-        for cand, ms in times.items():
-            scores[cand] = scores.get(cand, 0.0) + ms / best
-    winner = min(scores, key=lambda cand: scores[cand])
-    strategy, block = winner.split(":")
-    choice = TunedChoice(strategy, int(block), device_name(device), key, "probe", probe_ms,
-                         time.perf_counter() - t0)
+    strategy, block = pick(probe_ms)
+    by_class = {name: pick(probe_ms, probes) for name, probes in LAYOUT_PROBES.items()}
+    choice = TunedChoice(strategy, block, device_name(device), key, "probe", probe_ms, time.perf_counter() - t0,
+                         by_class)
     _CHOICES[_device_key(device)] = choice
     data = _read_cache(path)
     data[key] = dict(strategy=choice.strategy, block_elems=choice.block_elems, probe_ms=probe_ms,
+                     by_class={name: list(pair) for name, pair in by_class.items()},
                      elapsed_s=choice.elapsed_s, tuned_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     try:
         _write_cache(path, data)

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+import octopus
 from octopus.bench import report
 from octopus.bench.distributions import SizesFileError, read_sizes_file, read_visdrone_boxes
 
@@ -188,11 +189,18 @@ def test_autotune_verdicts_judge_the_choice_within_three_percent():
             r("heavytail", "plan", 4096, 1.031), r("heavytail", "block_search", 4096, 1.0),
             r("normal", "plan", 4096, 0.9), r("normal", "block_search", 4096, 1.0),
             r("small", "block_search", 4096, 1.0), dict(r("small", None, None, 0.1), method="copy (ceiling)")]
-    verdicts = {v["distribution"]: v for v in report.autotune_verdicts(rows, "plan", 4096)}
+    verdicts = {v["distribution"]: v for v in report.autotune_verdicts(rows, lambda items, elements: ("plan", 4096))}
     assert set(verdicts) == {"tiny", "heavytail", "normal"}  # "small" never measured the choice
     assert verdicts["tiny"]["right"] and not verdicts["heavytail"]["right"] and verdicts["normal"]["right"]
     assert verdicts["heavytail"]["best"] == "octopus block_search b=4096" and verdicts["heavytail"]["tolerance"] == 1.03
     assert verdicts["normal"]["best_ms"] == 0.9  # the copy ceiling is not a strategy
+    # The choice judged is the one for each batch's layout.
+    for row in rows:
+        row.update(items=10, elements=10 * (100 if row["distribution"] in ("tiny", "heavytail") else 50_000))
+    choice = octopus.TunedChoice("plan", 4096, "d", "k", "probe", by_class=dict(small_items=("block_search", 4096)))
+    verdicts = {v["distribution"]: v for v in report.autotune_verdicts(rows, choice.for_layout)}
+    assert verdicts["heavytail"]["right"] and verdicts["heavytail"]["chosen"] == "octopus block_search b=4096"
+    assert verdicts["normal"]["chosen"] == "octopus plan b=4096" and verdicts["normal"]["right"]
 
 
 def test_hard_distributions_carry_their_tails():

@@ -186,8 +186,9 @@ def main(argv=None) -> int:
 
     tuned = octopus.autotune(device, force=args.retune)
     blocks = list(args.block_elems or [octopus.DEFAULT_BLOCK_ELEMS])
-    if tuned.strategy in args.strategies and tuned.block_elems not in blocks:
-        blocks.append(tuned.block_elems)  # so that the choice is measured and can be judged
+    for strategy, block in [(tuned.strategy, tuned.block_elems), *tuned.by_class.values()]:
+        if strategy in args.strategies and block not in blocks:
+            blocks.append(block)  # so that each choice is measured and can be judged
     copy_gbs = copy_bandwidth_gbs(device, 2 << 30 if device.type == "cuda" else 256 << 20)
     measurer = Measurer(device, args.energy_window_ms)
 
@@ -260,7 +261,7 @@ def main(argv=None) -> int:
         for r in rows + scaling:
             r["pct_copy"] = None
     tune = tuned.as_dict()
-    tune["verdicts"] = autotune_verdicts(rows, tuned.strategy, tuned.block_elems)
+    tune["verdicts"] = autotune_verdicts(rows, tuned.for_layout)
     result: Dict[str, Any] = dict(schema=SCHEMA, environment=environment(device), copy_gbs=copy_gbs,
                                   scale_down=scale_down, energy=measurer.energy_note, autotune=tune, rows=rows,
                                   scaling=scaling, plots=[])

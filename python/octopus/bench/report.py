@@ -7,7 +7,7 @@ import datetime
 import math
 import os
 import platform
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -113,30 +113,35 @@ def format_report(result: dict, describe) -> str:
                                                           f"{r['items']} items, {r['elements']} elements")
     tune = result["autotune"]
     if tune:
-        lines += ["", f"autotune chose {tune['strategy']} with block_elems={tune['block_elems']} "
+        by_class = "".join(f", {name}: {s} with {b}" for name, (s, b) in sorted(tune.get("by_class", {}).items()))
+        lines += ["", f"autotune chose {tune['strategy']} with block_elems={tune['block_elems']}{by_class} "
                       f"({tune['source']}; {tune.get('device_name', '')})"]
         for v in tune.get("verdicts", []):
             verdict = "right" if v["right"] else "WRONG"
-            lines.append(f"  {v['workload']} / {v['distribution']}: {verdict} — chosen {v['chosen_ms']:.4f} ms, "
+            chosen = v.get("chosen", "chosen")
+            lines.append(f"  {v['workload']} / {v['distribution']}: {verdict} — {chosen} {v['chosen_ms']:.4f} ms, "
                          f"best {v['best']} {v['best_ms']:.4f} ms")
     return "\n".join(lines)
 
 
-def autotune_verdicts(rows: List[Dict], strategy: str, block: int, tolerance: float = 1.03) -> List[Dict]:
-    """Per (workload, distribution): was autotune's choice within ``tolerance`` (a ratio:
-    1.03 is 3%) of the fastest octopus strategy measured there (by total time)?"""
+def autotune_verdicts(rows: List[Dict], choice_for: Callable[[Optional[int], Optional[int]], Tuple[str, int]],
+                      tolerance: float = 1.03) -> List[Dict]:
+    """Per (workload, distribution): was autotune's choice for that batch (``choice_for(items,
+    elements)``: ``TunedChoice.for_layout``) within ``tolerance`` (a ratio: 1.03 is 3%) of the
+    fastest octopus strategy measured there (by total time)?"""
     groups: Dict[tuple, List[Dict]] = {}
     for r in rows:
         if r["strategy"] is not None and r["total_ms"] is not None:
             groups.setdefault((r["workload"], r["distribution"]), []).append(r)
     verdicts = []
     for (workload, dist), group in groups.items():
+        strategy, block = choice_for(group[0].get("items"), group[0].get("elements"))
         chosen = [r for r in group if r["strategy"] == strategy and r["block_elems"] == block]
         if not chosen:
             continue
         best = min(group, key=lambda r: r["total_ms"])
-        verdicts.append(dict(workload=workload, distribution=dist, chosen_ms=chosen[0]["total_ms"],
-                             best=best["method"], best_ms=best["total_ms"],
+        verdicts.append(dict(workload=workload, distribution=dist, chosen=chosen[0]["method"],
+                             chosen_ms=chosen[0]["total_ms"], best=best["method"], best_ms=best["total_ms"],
                              tolerance=tolerance, right=chosen[0]["total_ms"] <= tolerance * best["total_ms"]))
     return verdicts
 
