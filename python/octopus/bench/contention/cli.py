@@ -27,8 +27,9 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", nargs="+", choices=sorted(FAMILIES), default=["mlp", "convnet"])
     p.add_argument("--warmup", type=float, default=0.5, help="seconds each mode runs before it is measured")
-    p.add_argument("--controller-warmup", type=float, default=2.0,
-                   help="seconds the latency controller runs before it is measured (it probes, then settles)")
+    p.add_argument("--controller-warmup", type=float, default=8.0,
+                   help="seconds the latency controller runs before it is measured (it probes, then settles: "
+                        "a step down it tries comes after 2 s at a step)")
     p.add_argument("--measure", type=float, default=3.0, help="seconds each mode is measured")
     p.add_argument("--scale", type=float, default=1.0, help="multiplies the BE work's size")
     p.add_argument("--no-sweep", action="store_true", help="leave out the fixed configurations (and the oracle)")
