@@ -54,6 +54,12 @@ def test_octopus_priority_caps_the_batch_for_its_run_only(tiny):
         before = sampler.stats()["iterations"]
         result = bench.run_octopus(server, bench.at_rate(trace, float("inf")), 120.0, high_priority_batch=1)
         assert sorted(result["completions"]) == [r["id"] for r in trace]
+        assert sorted(result["timings"]) == [r["id"] for r in trace]  # every image's timing
+        timing = bench.high_priority_timing(trace, result["timings"])
+        high = [result["timings"][r["id"]] for r in trace if r["high"]]
+        assert timing["slowest"] == max(high, key=lambda t: t["total"])
+        assert set(timing["median"]) == set(high[0]) and timing["median"]["total"] <= timing["slowest"]["total"]
+        assert bench.high_priority_timing([r for r in trace if not r["high"]], result["timings"]) is None
         # Batches of one while a high-priority request waits or runs: their steps one at a time.
         assert sampler.stats()["iterations"] - before >= high_steps
         assert (sampler.preempt, sampler.high_priority_batch) == (False, None), "the server's settings come back"
@@ -91,11 +97,14 @@ def test_the_command_on_the_cpu(tmp_path):
             assert set(r["stage_s"]) == {"encode", "denoise", "decode", "postprocess"}
             assert all(t > 0 for t in r["stage_s"].values())
             assert sum(r["stage_share"].values()) == pytest.approx(1.0)
+            slowest = r["high_timing"]["slowest"]
+            assert slowest["total"] == pytest.approx(max(
+                v for k, v in r["latencies"].items() if int(k) in high), rel=0.5)  # from submit vs from arrival
         else:
             assert "stage_s" not in r
     octopus_rate = next(r["throughput"] for r in rows if r["mode"] == "octopus" and r["load"] == "saturation")
     assert all(r["rate"] == pytest.approx(0.6 * octopus_rate) for r in rows if r["load"] != "saturation")
-    assert "images/s" in proc.stdout
+    assert "images/s" in proc.stdout and "slowest high-priority request, s: encoding" in proc.stdout
 
 
 def test_modes_of_the_other_run_are_refused():

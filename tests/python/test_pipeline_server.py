@@ -5,6 +5,7 @@ image equals the pipeline called alone with the same generator."""
 
 import json
 import string
+import time
 
 import pytest
 import torch
@@ -238,6 +239,25 @@ def test_stats_count_each_stage_and_time_it(pipe):
     assert stats["sampler"]["completed"] == 3
     for stage in ("encode_s", "decode_s", "postprocess_s"):
         assert stats[stage] > 0, stage
+
+
+def test_each_image_says_where_its_time_went(pipe):
+    with torch.no_grad(), od.PipelineServer(pipe, max_batch=2) as server:
+        started = time.perf_counter()
+        futures = [server.submit(f"prompt {i}", num_inference_steps=3, seed=i, output_type="np") for i in range(4)]
+        results = [f.result(timeout=300) for f in futures]
+        waited = time.perf_counter() - started
+    parts = ("encoding", "queued", "sampling", "decode_wait", "decoding")
+    for result in results:
+        timing = result.timing
+        assert set(timing) == set(parts) | {"total"}
+        assert all(timing[k] >= 0 for k in parts) and 0 < timing["total"] <= waited
+        assert timing["queued"] == result.sampling.queued_s and timing["sampling"] == result.sampling.sampling_s
+        # The parts follow each other: their sum is the total, but for the hand-offs between
+        # the sampler's last step and its future's callback.
+        assert sum(timing[k] for k in parts) <= timing["total"] + 1e-3
+        assert sum(timing[k] for k in parts) >= 0.5 * timing["total"]
+    assert max(r.timing["queued"] for r in results) > 0  # four requests, two at a time: some waited
 
 
 def _request(priority, name):

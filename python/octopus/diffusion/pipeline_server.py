@@ -59,12 +59,17 @@ class GeneratedImage:
     """What a request's future resolves to: ``images`` as the pipeline returns them for one
     prompt (``output_type``: a list of one PIL image, an ``[1, H, W, 3]`` array, a
     ``[1, 3, H, W]`` tensor, or the latents), the final ``latents``, the seed the request
-    was sampled with, and the sampler's account of it."""
+    was sampled with, the sampler's account of it, and where its time went (``timing``,
+    seconds on the host's clock: ``encoding`` from ``submit`` until its conditioning reached
+    the sampler, ``queued`` and ``sampling`` as the sampler saw them, ``decode_wait`` from its
+    last step until its VAE call began, ``decoding`` from then until its image was ready, and
+    ``total``)."""
 
     images: Any
     latents: torch.Tensor
     seed: int
     sampling: SampleResult
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False)
@@ -78,6 +83,14 @@ class _Request:
     seed: int
     future: concurrent.futures.Future[GeneratedImage]
     priority: int = 0  # the sampler's order (higher first): also the encoder's and the decoder's
+    # perf_counter() when it was submitted, handed to the sampler, sampled, and its decoding began.
+    times: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def timing(self, result: SampleResult, done: float) -> dict[str, float]:
+        t = self.times
+        return dict(encoding=t["to_sampler"] - t["submitted"], queued=result.queued_s, sampling=result.sampling_s,
+                    decode_wait=t["decoding"] - t["sampled"], decoding=done - t["decoding"],
+                    total=done - t["submitted"])
 
 
 class _StageClock:
@@ -284,6 +297,7 @@ class PipelineServer:
         except Exception as error:  # noqa: BLE001 (this request's own failure)
             future.set_exception(error)
             return future
+        request.times["submitted"] = time.perf_counter()
         with self._lock:
             if self._closing:
                 raise RuntimeError("the PipelineServer is closed")
@@ -445,6 +459,7 @@ class PipelineServer:
         elif fields["guidance_rescale"]:
             r.future.set_exception(ValueError("guidance_rescale needs guidance_scale > 1 (classifier-free guidance)"))
             return
+        r.times["to_sampler"] = time.perf_counter()
         try:
             sampled = self.sampler.submit(**fields)
         except Exception as error:  # noqa: BLE001 (this request's own failure)
@@ -458,6 +473,7 @@ class PipelineServer:
             if error is not None:
                 r.future.set_exception(error)
                 return
+            r.times["sampled"] = time.perf_counter()
             with self._lock:
                 self._to_decode.append((r, sampled.result()))
                 self._lock.notify_all()
@@ -483,6 +499,9 @@ class PipelineServer:
         for r, result in batch:
             groups.setdefault((r.shape, r.output_type), []).append((r, result))
         for (_, output_type), members in groups.items():
+            began = time.perf_counter()
+            for r, _ in members:
+                r.times["decoding"] = began
             try:
                 images = self._decode_group([result.latents for _, result in members], output_type)
             except Exception as error:  # noqa: BLE001 (those requests fail; the server goes on)
@@ -491,8 +510,9 @@ class PipelineServer:
                 continue
             with self._lock:
                 self._counts["images_decoded"] += len(members)
+            done = time.perf_counter()
             for (r, result), image in zip(members, images):
-                r.future.set_result(GeneratedImage(image, result.latents, r.seed, result))
+                r.future.set_result(GeneratedImage(image, result.latents, r.seed, result, r.timing(result, done)))
 
     def _decode_group(self, latents: Sequence[torch.Tensor], output_type: str) -> list[Any]:
         x = torch.stack(list(latents)).to(self.device, self.pipe.vae.dtype)

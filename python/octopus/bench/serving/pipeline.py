@@ -47,10 +47,11 @@ import concurrent.futures
 import functools
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -259,14 +260,31 @@ def run_octopus(server: Any, workload: List[dict], timeout: float, high_priority
     settings = sampler.preempt, sampler.high_priority_batch
     if high_priority_batch is not None:
         sampler.preempt, sampler.high_priority_batch = True, high_priority_batch
+    futures: Dict[int, concurrent.futures.Future] = {}
+
+    def submit(spec: dict) -> concurrent.futures.Future:
+        futures[spec["id"]] = _submit(server, spec)
+        return futures[spec["id"]]
+
     try:
-        completions = submit_at_arrivals(workload, functools.partial(_submit, server), timeout)
+        completions = submit_at_arrivals(workload, submit, timeout)
     finally:
         sampler.preempt, sampler.high_priority_batch = settings
     after = server.stats()
     stages = {stage: after[f"{stage}_s"] - before[f"{stage}_s"] for stage in ("encode", "decode", "postprocess")}
     stages["denoise"] = sum(t["iteration"] for t in server.sampler.iteration_timings()) / 1e3
-    return dict(completions=completions, stages=stages)
+    timings = {i: f.result().timing for i, f in futures.items() if i in completions}
+    return dict(completions=completions, stages=stages, timings=timings)
+
+
+def high_priority_timing(workload: List[dict], timings: Dict[int, Dict[str, float]]) -> Optional[dict]:
+    """Where the high-priority requests' time went: the median of each part of their timing
+    (``GeneratedImage.timing``) and the parts of the slowest one."""
+    high = [timings[r["id"]] for r in workload if r["high"] and r["id"] in timings]
+    if not high:
+        return None
+    return dict(median={k: statistics.median(t[k] for t in high) for k in high[0]},
+                slowest=max(high, key=lambda t: t["total"]))
 
 
 def _submit(server: Any, spec: dict) -> concurrent.futures.Future:
@@ -339,7 +357,8 @@ def run(args: Any) -> dict:
                 if "stages" in raw:
                     total = sum(raw["stages"].values())
                     row.update(stage_s=raw["stages"],
-                               stage_share={k: v / total for k, v in raw["stages"].items()} if total else None)
+                               stage_share={k: v / total for k, v in raw["stages"].items()} if total else None,
+                               high_timing=high_priority_timing(workload, raw["timings"]))
                 if load == "saturation" and row["throughput"]:
                     saturated[mode] = row["throughput"]
                 rows.append(row)
@@ -369,4 +388,8 @@ def format_pipeline_table(result: dict) -> str:
         lines.append(f"{r['mode']:<20} {r['load']:<32} {fmt(r['throughput'], '9.2f')} {fmt(r['p50_s'], '8.3f')} "
                      f"{fmt(r['p99_s'], '8.3f')} {fmt(r['high_p99_s'], '9.3f')} "
                      f"{fmt(r.get('high_p99_over_unloaded'), '9.2f')} {r['completed']:>3}/{r['requests']}  {shares}")
+        if r.get("high_timing"):
+            slowest = r["high_timing"]["slowest"]
+            lines.append("    slowest high-priority request, s: " + ", ".join(
+                f"{k.replace('_', ' ')} {v:.3f}" for k, v in slowest.items()))
     return "\n".join(lines)
