@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
+from ._layouts import dust_and_giant_sizes, pareto_sizes
 from ._timing import median_ms
 from .strategies import DEFAULT_BLOCK_ELEMS, DEFAULT_STRATEGY, check_strategy
 
@@ -228,15 +229,9 @@ def _probe_sizes(name: str, elements: int, g: torch.Generator) -> torch.Tensor:
         return torch.where(large, torch.randint(30_000, 80_001, (items,), generator=g),
                            torch.randint(300, 801, (items,), generator=g))
     if name == "heavy_tail":  # Pareto (shape 0.85, median 40): a few items hold most elements
-        items = max(1, elements // 1_100)
-        u = (torch.arange(items, dtype=torch.float64) + 0.5) / items
-        sizes = (40 / 2 ** (1 / 0.85) * (1 - u) ** (-1 / 0.85)).round().long().clamp(max=elements // 2)
-        return sizes[torch.randperm(items, generator=g)]
+        return pareto_sizes(max(1, elements // 1_100), 40, 0.85, g).clamp(max=elements // 2)
     if name == "dust_giant":  # 0-64 elements (empty ones included) and one item of 400 per dust item
-        items = max(1, elements // 432)
-        dust = torch.randint(0, 65, (items,), generator=g)
-        at = int(torch.randint(0, items + 1, (1,), generator=g))
-        return torch.cat([dust[:at], torch.tensor([400 * items]), dust[at:]])
+        return dust_and_giant_sizes(max(1, elements // 432), 64, 400, g)
     raise ValueError(f"unknown probe {name!r}")
 
 

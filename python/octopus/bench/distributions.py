@@ -30,6 +30,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import torch
 
+from octopus._layouts import dust_and_giant_sizes, pareto_sizes
+
 DISTRIBUTIONS: Dict[str, Tuple[int, str]] = {
     "normal": (10_000, "1-D items of 30K-80K elements"),
     "small": (100_000, "1-D items of 3K-8K elements"),
@@ -62,16 +64,9 @@ def make_sizes(name: str, items: int, g: torch.Generator) -> torch.Tensor:
         big = torch.randint(30_000, 80_001, (items,), generator=g)
         return torch.where(large, big, tiny).view(-1, 1)
     if name == "heavytail":
-        # Pareto quantiles (i + 0.5) / items: x_min * (1 - u) ** (-1 / shape), x_min set by the median.
-        x_min = PARETO_MEDIAN / 2 ** (1 / PARETO_SHAPE)
-        u = (torch.arange(items, dtype=torch.float64) + 0.5) / items
-        sizes = (x_min * (1 - u) ** (-1 / PARETO_SHAPE)).round().long()
-        return sizes[torch.randperm(items, generator=g)].view(-1, 1)
+        return pareto_sizes(items, PARETO_MEDIAN, PARETO_SHAPE, g).view(-1, 1)
     if name == "dustgiant":
-        dust = torch.randint(0, DUST_MAX + 1, (items,), generator=g)
-        at = int(torch.randint(0, items + 1, (1,), generator=g))
-        giant = torch.tensor([GIANT_PER_DUST_ITEM * items])
-        return torch.cat([dust[:at], giant, dust[at:]]).view(-1, 1)
+        return dust_and_giant_sizes(items, DUST_MAX, GIANT_PER_DUST_ITEM, g).view(-1, 1)
     ranges = {"normal": (30_000, 80_000), "small": (3_000, 8_000), "tiny": (300, 800)}
     if name not in ranges:
         raise ValueError(f"unknown distribution {name!r}; known: {', '.join(DISTRIBUTIONS)}")
