@@ -98,6 +98,7 @@ py::dict control_dict(const sched::ControlStats& c) {
     kd["alone_samples"] = k.alone_samples;
     kd["infeasible"] = k.infeasible;
     kd["infeasible_reason"] = k.infeasible_reason;
+    kd["median_unhelped"] = k.median_unhelped;
     py::list steps;
     for (const sched::StepLatency& at : k.steps) {
       py::dict sd;

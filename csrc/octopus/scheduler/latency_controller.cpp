@@ -95,6 +95,8 @@ void LatencyController::set_target(const std::string& name, LatencyTarget target
   k.target = target;
   k.infeasible = false;
   k.reported = false;
+  k.median_unhelped = 0;
+  k.median_reported = false;
   k.at_top = k.over_at_top = 0;
   k.budget = options_.budget_cap;
 }
@@ -159,7 +161,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const std::optional<double> median_bound = median_due ? median_bound_s(k) : std::nullopt;
     const std::optional<double> median = median_bound ? k.recent.quantile(0.5) : std::nullopt;
     const std::optional<double> above = median ? median_at(k, step_ + 1, now_s) : std::nullopt;
-    const bool median_over = median && *median > *median_bound && !(above && *above >= options_.median_gain * *median);
+    const bool unhelped = median && *median > *median_bound && above && *above >= options_.median_gain * *median;
+    const bool median_over = median && *median > *median_bound && !unhelped;
+    if (median) note_median(name, k, unhelped, *median, *median_bound, above);
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
@@ -233,6 +237,19 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
     k.reported = true;
     reports_.push_back(k.reason);
   }
+}
+
+void LatencyController::note_median(const std::string& name, Kind& k, bool unhelped, double median, double bound,
+                                    std::optional<double> above) {
+  k.median_unhelped = unhelped ? k.median_unhelped + options_.median_every : 0;
+  if (k.median_reported || k.median_unhelped < options_.infeasible_samples) return;
+  k.median_reported = true;
+  std::ostringstream reason;
+  reason.precision(3);
+  reason << "median of kind '" << name << "' (" << median * 1e3 << " ms) is over its bound (" << bound * 1e3
+         << " ms: " << options_.median_ratio << "x its median alone) and holding best-effort work back further "
+         << "does not lower it (" << *above * 1e3 << " ms at the step above): the bound is not enforced";
+  reports_.push_back(reason.str());
 }
 
 void LatencyController::maybe_descend(double now_s) {
@@ -330,6 +347,7 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.budget = k.budget;
     c.infeasible = k.infeasible;
     c.infeasible_reason = k.reason;
+    c.median_unhelped = k.median_reported && k.median_unhelped > 0;
     for (const Kind::AtStep& at : k.at_steps) {
       c.steps.push_back(StepLatency{at.jobs, at.over, at.recent.quantile(0.5), at.recent.quantile(0.99)});
     }

@@ -92,7 +92,8 @@ struct ControllerOptions {
   // least median_samples of them) below median_gain x the median now; and a median over its
   // bound does not keep the controller from stepping down to a step whose record is at most
   // 1 / median_gain x the median now. The records expire, so a changed workload is explored
-  // again.
+  // again. A median over its bound that no step lowers, for infeasible_samples samples, is
+  // reported (the bound is not enforced: holding BE work back does not help it).
   double median_gain = 0.95;
   double step_memory_s = 120.0;
   // After a climb, this many samples of every kind must arrive before the next one (the
@@ -148,6 +149,7 @@ struct KindControl {
   double budget = 0.0;              // its error budget (ControllerOptions::attainment)
   bool infeasible = false;
   std::string infeasible_reason;
+  bool median_unhelped = false;     // its median is over its bound and no step lowers it
   std::vector<StepLatency> steps;   // per step of the ladder
 };
 
@@ -199,6 +201,8 @@ class LatencyController {
     bool infeasible = false;
     std::string reason;
     bool reported = false;
+    std::size_t median_unhelped = 0;  // samples since its median was over its bound with no step to help
+    bool median_reported = false;
     struct AtStep {
       std::size_t jobs = 0, over = 0;
       double last_s = -1e300;  // when its last job completed
@@ -223,6 +227,10 @@ class LatencyController {
   // Moves to `step`, adding the time at the step left to its account.
   void move_to(int step, double now_s);
   void check_infeasible(const std::string& name, Kind& k, double target);
+  // Counts a judged median that is over its bound with no step to lower it; reports it once
+  // it has stayed so for infeasible_samples samples.
+  void note_median(const std::string& name, Kind& k, bool unhelped, double median, double bound,
+                   std::optional<double> above);
   void maybe_descend(double now_s);
   void update_probe(double now_s);
 

@@ -443,7 +443,8 @@ class StreamScheduler:
         the others for a spent error budget), descents and probes, the seconds it spent at
         each step (``seconds_at_steps``), the best-effort units started, and
         per latency-critical kind its target, p99 alone and recently, samples and
-        ``attainment`` (the share within target), whether its target is infeasible, and under
+        ``attainment`` (the share within target), whether its target is infeasible, whether
+        its median is over its bound where no step lowers it (``median_unhelped``), and under
         ``steps``, per step of the ladder, its jobs while the controller held that step (best-
         effort work present), how many were over target, and their recent p50 and p99: what
         each step bought it on this workload."""
