@@ -60,6 +60,26 @@ def test_device_plan_equals_host_plan(m, layout):
         assert torch.equal(dev.cpu(), host)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("m", [5_000, 11_265, 300_000])
+def test_device_plan_of_unvalidated_offsets_stays_in_bounds(m):
+    # Offsets past the end, negative and decreasing (the CUDA op does not validate them: that
+    # would synchronize): wrong blocks, never blocks outside the values or the items.
+    offsets = dust_offsets(m, seed=m)
+    n = int(offsets[-1])
+    offsets[m // 2] = n + 1000
+    offsets[m // 3] = -5
+    offsets[m // 4: m // 4 + 100] = offsets[m // 4: m // 4 + 100].flip(0)
+    for block_elems in (512, 4096):
+        dev = torch.ops.octopus.plan(offsets.cuda(), n, block_elems)
+        count = int(dev[0, 0])
+        assert 0 <= count <= dev.shape[0] - 1
+        item, begin, end, _ = octopus.plan_blocks(dev.cpu())
+        assert bool((begin >= 0).all() and (end <= n).all() and (begin <= end).all())
+        assert bool((item >= 0).all() and (item < m).all())
+
+
 def test_batch_caches_plans_per_block_size(device):
     batch = random_batch([(3, 4), (5, 6)], device)
     p1 = batch.plan(64)

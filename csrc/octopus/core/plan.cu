@@ -1,7 +1,8 @@
 // The block plan built on the device: an inclusive scan over per-item block counts
-// (CUB, single pass, counts computed on the fly from the offsets), then one thread per
-// plan row finds its item by a search over the scanned counts; small batches do both in
-// one launch. No host loop, no copy, no synchronization; usable inside CUDA-graph capture.
+// (computed on the fly from the offsets), then one thread per plan row finds its item by a
+// search over the scanned counts; small batches do both in one launch, larger ones in three
+// (chunks of items scanned, the chunks' totals scanned, the rows filled). No host loop, no
+// copy, no synchronization; usable inside CUDA-graph capture.
 // The lookup table of the `lookup` strategy is built here too. Both clamp every offset, so
 // unvalidated offsets give wrong blocks or ids, never an access out of bounds.
 #include <ATen/ATen.h>
@@ -9,8 +10,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
 #include <torch/library.h>
 
 #include "octopus/core/driver_cuda.cuh"
@@ -86,10 +85,25 @@ struct BlockCount {
   }
 };
 
-// Plan row `row` of `rows` given the inclusive scan `block_end` of the items' block counts
-// (in global or shared memory) and the total block count.
+// The first index i in [lo, hi) with scan[i] > j (hi where there is none).
 template <class Scan>
-__device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offsets, const Scan* block_end, int64_t m,
+__device__ __forceinline__ int64_t first_above(const Scan* scan, int64_t lo, int64_t hi, int64_t j) {
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (scan[mid] <= j) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// An item and the index of its first plan block.
+struct ItemBlocks {
+  int64_t item, first_block;
+};
+
+// Plan row `row` of `rows` given the total block count and `find(j)`, the item of block j
+// (the first item whose inclusive scanned block count is above j) and its first block.
+template <class Find>
+__device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offsets, const Find& find, int64_t m,
                                               int64_t num_values, const BlockDivider& div, int64_t count, int64_t rows,
                                               int64_t row, longlong2* __restrict__ plan) {
   const int64_t block_elems = div.block_elems;
@@ -104,19 +118,15 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
     plan[row] = make_longlong2(0, 0);
     return;
   }
-  // The item of block j: the first i with block_end[i] > j.
-  int64_t lo = 0, hi = m;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) >> 1;
-    if (block_end[mid] <= j) lo = mid + 1; else hi = mid;
-  }
+  const ItemBlocks found = find(j);
+  const int64_t lo = found.item;
   const auto items = device_items(offsets, m, num_values, block_elems);
   const int64_t item_begin = items.begin(lo);
   if (items.small(lo)) {
     plan[row] = make_longlong2(item_begin, pack_run(lo, items.run_length(lo)));
     return;
   }
-  const int64_t first_block = lo > 0 ? block_end[lo - 1] : 0;
+  const int64_t first_block = found.first_block;
   const int64_t item_end = items.end(lo);
   // block_begin() and the block's end, with the divider.
   const int64_t k = j - first_block;
@@ -129,12 +139,78 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
                       : make_longlong2(item_begin, pack_block(lo, 0));
 }
 
-__global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ block_end,
-                                 int64_t m, int64_t num_values, const BlockDivider div, int64_t rows,
+// Large batches: chunks of kChunkItems items, one block each, scan their block counts
+// (block_end: inclusive within the chunk; chunk_end: each chunk's total), one block scans the
+// chunks' totals in place, and one thread per row fills the plan. CUB's device-wide scan did
+// the first two in one pass but queried its kernel's occupancy on the host at every call
+// (most of a plan's 55 us of host time on an H100).
+constexpr int kChunkThreads = 512;
+constexpr int kChunkItemsPerThread = 8;
+constexpr int64_t kChunkItems = int64_t{kChunkThreads} * kChunkItemsPerThread;
+constexpr int kChunkTotalsThreads = 1024;
+
+__global__ void __launch_bounds__(kChunkThreads) plan_chunk_scan_kernel(const int64_t* __restrict__ offsets, int64_t m,
+                                                                        int64_t num_values, const BlockDivider div,
+                                                                        int64_t* __restrict__ block_end,
+                                                                        int64_t* __restrict__ chunk_end) {
+  using BlockScan = cub::BlockScan<int64_t, kChunkThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  const BlockCount blocks_of{offsets, m, num_values, div};
+  const int64_t first = int64_t{blockIdx.x} * kChunkItems + int64_t{threadIdx.x} * kChunkItemsPerThread;
+  int64_t counts[kChunkItemsPerThread];
+  int64_t local = 0;
+#pragma unroll
+  for (int k = 0; k < kChunkItemsPerThread; ++k) {
+    counts[k] = first + k < m ? blocks_of(first + k) : 0;
+    local += counts[k];
+  }
+  int64_t prefix = 0;
+  BlockScan(scan_storage).ExclusiveSum(local, prefix);
+#pragma unroll
+  for (int k = 0; k < kChunkItemsPerThread; ++k) {
+    prefix += counts[k];
+    if (first + k < m) block_end[first + k] = prefix;
+  }
+  if (threadIdx.x == kChunkThreads - 1) chunk_end[blockIdx.x] = prefix;
+}
+
+// chunk_end[0..chunks) from each chunk's total to the total up to and including it.
+__global__ void __launch_bounds__(kChunkTotalsThreads) plan_chunk_totals_kernel(int64_t* __restrict__ chunk_end,
+                                                                                int64_t chunks) {
+  using BlockScan = cub::BlockScan<int64_t, kChunkTotalsThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  int64_t carry = 0;
+  for (int64_t base = 0; base < chunks; base += kChunkTotalsThreads) {
+    const int64_t c = base + threadIdx.x;
+    int64_t total = 0, all = 0;
+    BlockScan(scan_storage).InclusiveSum(c < chunks ? chunk_end[c] : 0, total, all);
+    if (c < chunks) chunk_end[c] = carry + total;
+    carry += all;
+    __syncthreads();  // scan_storage is reused
+  }
+}
+
+// The item of block j: its chunk by a search over the chunks' scanned totals, then the item
+// by a search over the chunk's own scan.
+struct ChunkedFind {
+  const int64_t* __restrict__ block_end;
+  const int64_t* __restrict__ chunk_end;
+  int64_t m, chunks;
+  __device__ __forceinline__ ItemBlocks operator()(int64_t j) const {
+    const int64_t chunk = first_above(chunk_end, 0, chunks, j);
+    const int64_t before = chunk > 0 ? chunk_end[chunk - 1] : 0;
+    const int64_t begin = chunk * kChunkItems, end = min(m, begin + kChunkItems);
+    const int64_t item = first_above(block_end, begin, end, j - before);
+    return {item, before + (item > begin ? block_end[item - 1] : 0)};
+  }
+};
+
+__global__ void fill_plan_kernel(const int64_t* __restrict__ offsets, const ChunkedFind find, int64_t m,
+                                 int64_t num_values, const BlockDivider div, int64_t rows,
                                  longlong2* __restrict__ plan) {
   const int64_t row = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  fill_plan_row(offsets, block_end, m, num_values, div, m > 0 ? block_end[m - 1] : 0, rows, row, plan);
+  fill_plan_row(offsets, find, m, num_values, div, find.chunk_end[find.chunks - 1], rows, row, plan);
 }
 
 // Small batches: one launch and no scratch. Every block scans all items' block counts
@@ -167,9 +243,13 @@ __global__ void __launch_bounds__(kFusedThreads) plan_fused_kernel(const int64_t
   }
   __syncthreads();
   const int64_t count = m > 0 ? block_end[m - 1] : 0;
+  const auto find = [&](int64_t j) {
+    const int64_t item = first_above(block_end, 0, m, j);
+    return ItemBlocks{item, item > 0 ? block_end[item - 1] : 0};
+  };
   for (int64_t row = int64_t{blockIdx.x} * kFusedThreads + threadIdx.x; row < rows;
        row += int64_t{gridDim.x} * kFusedThreads) {
-    fill_plan_row(offsets, block_end, m, num_values, div, count, rows, row, plan);
+    fill_plan_row(offsets, find, m, num_values, div, count, rows, row, plan);
   }
 }
 
@@ -262,26 +342,20 @@ at::Tensor build_plan_cuda(const at::Tensor& offsets_in, int64_t num_values, int
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return plan;
   }
-  const auto counts = thrust::make_transform_iterator(
-      thrust::counting_iterator<int64_t>(0), BlockCount{offsets.data_ptr<int64_t>(), m, num_values, div});
-  // One scratch allocation: the scanned block counts, then CUB's temporary storage.
-  size_t temp_bytes = 0;
-  if (m > 0) {
-    C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, counts, static_cast<int64_t*>(nullptr), m,
-                                                 stream));
-  }
-  const int64_t scan_words = std::max<int64_t>(m, 1);
-  at::Tensor scratch =
-      at::empty({scan_words + static_cast<int64_t>((temp_bytes + 7) / 8)}, offsets.options());
+  // One scratch allocation: the items' scanned block counts, then the chunks'.
+  const int64_t chunks = std::max<int64_t>((m + kChunkItems - 1) / kChunkItems, 1);
+  at::Tensor scratch = at::empty({std::max<int64_t>(m, 1) + chunks}, offsets.options());
   int64_t* block_end = scratch.data_ptr<int64_t>();
-  if (m > 0) {
-    C10_CUDA_CHECK(
-        cub::DeviceScan::InclusiveSum(block_end + scan_words, temp_bytes, counts, block_end, m, stream));
-  }
+  int64_t* chunk_end = block_end + std::max<int64_t>(m, 1);
+  plan_chunk_scan_kernel<<<static_cast<unsigned>(chunks), kChunkThreads, 0, stream>>>(offsets.data_ptr<int64_t>(), m,
+                                                                                       num_values, div, block_end,
+                                                                                       chunk_end);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  plan_chunk_totals_kernel<<<1, kChunkTotalsThreads, 0, stream>>>(chunk_end, chunks);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   fill_plan_kernel<<<static_cast<unsigned>((rows + tuning.fill_threads - 1) / tuning.fill_threads), tuning.fill_threads,
-                     0, stream>>>(
-      offsets.data_ptr<int64_t>(), block_end, m, num_values, div, rows,
-      reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
+                     0, stream>>>(offsets.data_ptr<int64_t>(), ChunkedFind{block_end, chunk_end, m, chunks}, m,
+                                  num_values, div, rows, reinterpret_cast<longlong2*>(plan.data_ptr<int64_t>()));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return plan;
 }

@@ -46,6 +46,7 @@ OCTOPUS_HD int64_t plan_rows(int64_t num_values, int64_t num_items, int64_t bloc
 // Runs of small items: at most kRunItems items (one per lane of the warp that runs them),
 // each of at most run_item_elems(block_elems) elements, so a run holds at most block_elems.
 constexpr int64_t kRunItems = 32;
+constexpr int kRunLoads = 8;  // offsets a run's end is looked for in at once (PlanItems::run_end)
 constexpr int64_t kMaxRunItemElems = 256;
 OCTOPUS_HD int64_t run_item_elems(int64_t block_elems) {
   return block_elems / kRunItems < kMaxRunItemElems ? block_elems / kRunItems : kMaxRunItemElems;
@@ -80,11 +81,27 @@ struct PlanItems {
   OCTOPUS_HD bool small(int64_t i) const { return end(i) - begin(i) <= run_item_elems(block_elems); }
   // A run starts at a small item whose predecessor is not in its window or not small.
   OCTOPUS_HD bool run_start(int64_t i) const { return small(i) && (i % kRunItems == 0 || !small(i - 1)); }
-  // One past the last item of the run that starts at i.
+  // One past the last item of the run that starts at i: the first item after i that is not
+  // small, at most the end of i's window. The offsets are read kRunLoads at a time, each group
+  // issued at once: a loop that may stop at every item was, on the GPU, a chain of 32
+  // dependent round trips to memory for every run (30 us of a 500K-item plan's 46 us scan).
   OCTOPUS_HD int64_t run_end(int64_t i) const {
-    int64_t e = i + 1;
-    while (e < m && e % kRunItems != 0 && small(e)) ++e;
-    return e;
+    const int64_t window_end = (i / kRunItems + 1) * kRunItems;
+    const int64_t last = window_end < m ? window_end : m;
+    for (int64_t e = i + 1; e < last; e += kRunLoads) {
+      int64_t offset[kRunLoads + 1];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int k = 0; k <= kRunLoads; ++k) offset[k] = e + k <= last ? clamp(load(e + k)) : 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int k = 0; k < kRunLoads; ++k) {
+        if (e + k >= last || offset[k + 1] - offset[k] > run_item_elems(block_elems)) return e + k;
+      }
+    }
+    return last;
   }
   // Elements of the run that starts at i (none: no block), at most what a block row holds.
   OCTOPUS_HD int64_t run_length(int64_t i) const {
