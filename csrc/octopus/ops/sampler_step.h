@@ -378,21 +378,26 @@ OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, 
 
 // The fused sampler step's tuning (core/tuning.h).
 struct SamplerStepTuning {
-  int unroll;
+  int unroll;                     // vectors in flight per lane and input (the step without correction inputs)
+  int unroll_general;             // ... for the step that may read every input
   int min_blocks_per_sm;          // the step without history and correction inputs
   int min_blocks_per_sm_general;  // the step that may read every input (~126 registers)
   int tiles_per_sm;               // tiled strategies: tiles shrink towards this many per multiprocessor ...
   int min_tile_elems;             // ... down to this many elements
 
   static constexpr const char* kFamily = "sampler_step";
-  // Hopper (sm_90), measured on an H100: three blocks per SM measured as fast as four, whose
-  // 64-register cap spills more; for 17-26 MB latents, fewer, longer tiles beat one per
-  // resident warp (each tile pays a search and the coefficient math before its first load).
+  // Hopper (sm_90), measured on an H100: for 17-26 MB latents, fewer, longer tiles beat one per
+  // resident warp (each tile pays a search and the coefficient math before its first load), so
+  // a launch has about two blocks per SM and each warp's own loads in flight set its speed:
+  // four vectors per input and lane at two blocks per SM (128 registers, no spills without
+  // history) beat two at three (DDIM 0.026 -> 0.023 ms a step, DPM-Solver++ 2M 0.041 -> 0.040,
+  // benchmarks/JOURNAL.md); the general step keeps two (four spill its six inputs).
   // Every architecture until it is measured.
-  static constexpr SamplerStepTuning for_arch(int /*arch*/) { return SamplerStepTuning{2, 3, 2, 16, 512}; }
+  static constexpr SamplerStepTuning for_arch(int /*arch*/) { return SamplerStepTuning{4, 2, 2, 2, 16, 512}; }
   template <class Fn>
   void for_each(Fn&& fn) const {
     fn("unroll", unroll);
+    fn("unroll_general", unroll_general);
     fn("min_blocks_per_sm", min_blocks_per_sm);
     fn("min_blocks_per_sm_general", min_blocks_per_sm_general);
     fn("tiles_per_sm", tiles_per_sm);
@@ -415,7 +420,7 @@ struct SamplerStepOp {
   static constexpr bool kMayCorrect = kInputs == StepInputs::Any;  // history2 and last_sample
   static constexpr int kVec = 16 / sizeof(scalar_t);
   static constexpr SamplerStepTuning kTuning = cuda::kPolicy<SamplerStepTuning>;
-  static constexpr int kUnroll = kTuning.unroll;
+  static constexpr int kUnroll = kInputs == StepInputs::Any ? kTuning.unroll_general : kTuning.unroll;
   // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
   // functor is compiled for fewer blocks per SM than the others.
   static constexpr int kMinBlocksPerSm =
