@@ -141,9 +141,9 @@ __device__ __forceinline__ void fill_plan_row(const int64_t* __restrict__ offset
 
 // Large batches: chunks of kChunkItems items, one block each, scan their block counts
 // (block_end: inclusive within the chunk; chunk_end: each chunk's total), one block scans the
-// chunks' totals in place, and one thread per row fills the plan. CUB's device-wide scan did
-// the first two in one pass but queried its kernel's occupancy on the host at every call
-// (most of a plan's 55 us of host time on an H100).
+// chunks' totals in place, and one thread per row fills the plan. CUB's device-wide scan, used
+// before, did the first two in one pass but queried its kernel's occupancy on the host at
+// every call.
 constexpr int kChunkThreads = 512;
 constexpr int kChunkItemsPerThread = 8;
 constexpr int64_t kChunkItems = int64_t{kChunkThreads} * kChunkItemsPerThread;

@@ -389,9 +389,10 @@ struct SamplerStepTuning {
   // Hopper (sm_90), measured on an H100: for 17-26 MB latents, fewer, longer tiles beat one per
   // resident warp (each tile pays a search and the coefficient math before its first load), so
   // a launch has about two blocks per SM and each warp's own loads in flight set its speed:
-  // four vectors per input and lane at two blocks per SM (128 registers, no spills without
-  // history) beat two at three (DDIM 0.026 -> 0.023 ms a step, DPM-Solver++ 2M 0.041 -> 0.040,
-  // benchmarks/JOURNAL.md); the general step keeps two (four spill its six inputs).
+  // four vectors per input and lane at two blocks per SM (128 registers; ptxas: fp32 spills
+  // 56/92 -> 0-20/28 bytes stored/loaded) beat two at three (DDIM 0.026 -> 0.023 ms a step,
+  // DPM-Solver++ 2M 0.041 -> 0.040, benchmarks/JOURNAL.md); the general step keeps two (four
+  // spill its six inputs).
   // Every architecture until it is measured.
   static constexpr SamplerStepTuning for_arch(int /*arch*/) { return SamplerStepTuning{4, 2, 2, 2, 16, 512}; }
   template <class Fn>
@@ -421,8 +422,9 @@ struct SamplerStepOp {
   static constexpr int kVec = 16 / sizeof(scalar_t);
   static constexpr SamplerStepTuning kTuning = cuda::kPolicy<SamplerStepTuning>;
   static constexpr int kUnroll = kInputs == StepInputs::Any ? kTuning.unroll_general : kTuning.unroll;
-  // Two vectors of up to six inputs in flight per lane need ~126 registers: the general
-  // functor is compiled for fewer blocks per SM than the others.
+  // Two vectors of up to six inputs in flight per lane (the general functor) need ~126
+  // registers, four of two or three inputs (the others) about as many: both are compiled for
+  // their own blocks per SM.
   static constexpr int kMinBlocksPerSm =
       kInputs == StepInputs::Any ? kTuning.min_blocks_per_sm_general : kTuning.min_blocks_per_sm;
   // A sample's latents are never a small item: plan runs (never built for them) are walked.
