@@ -159,6 +159,16 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
   }
 }
 
+// Every slot's accumulators to the identities (0, 0, +inf, -inf), in one launch (four strided
+// fills took 56 us of a million-item call on an H100).
+__global__ void item_stats_init(int64_t slots, double* __restrict__ acc) {
+  const int64_t slot = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (slot >= slots) return;
+  const double inf = std::numeric_limits<double>::infinity();
+  reinterpret_cast<double2*>(acc + slot * kNumStats)[0] = make_double2(0.0, 0.0);
+  reinterpret_cast<double2*>(acc + slot * kNumStats)[1] = make_double2(inf, -inf);
+}
+
 // (S1, S2, min, max) -> (sum, M2, min, max); empty planes keep the identities (0, 0, +inf, -inf).
 template <typename T>
 __global__ void item_stats_finish(const T* __restrict__ x, const int64_t* __restrict__ offsets, int64_t slots,
@@ -185,12 +195,13 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
   ItemStatsArgs a = prepare_item_stats(values, offsets, channels, block_elems, validate_contents);
   const int64_t m = a.offsets.numel() - 1;
   if (m == 0) return a.out;
-  a.out.select(2, kStatSum).zero_();
-  a.out.select(2, kStatM2).zero_();
-  a.out.select(2, kStatMin).fill_(std::numeric_limits<double>::infinity());
-  a.out.select(2, kStatMax).fill_(-std::numeric_limits<double>::infinity());
   const at::Tensor p = metadata_for(Strategy::Plan, plan, a.offsets, a.values.numel(), a.block_elems, build_plan_cuda);
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t slots = m * a.planes;
+  const int threads = cuda::launch_threads();
+  const auto slot_blocks = static_cast<unsigned>((slots + threads - 1) / threads);
+  item_stats_init<<<slot_blocks, threads, 0, stream>>>(slots, a.out.data_ptr<double>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   dispatch_values_dtype(a.values.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const int64_t max_units = p.size(0) - 1;
@@ -204,9 +215,7 @@ at::Tensor item_stats_cuda(const at::Tensor& values, const at::Tensor& offsets, 
           a.offsets.data_ptr<int64_t>(), m, a.planes, a.out.data_ptr<double>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    const int64_t slots = m * a.planes;
-    const int threads = cuda::launch_threads();
-    item_stats_finish<T><<<static_cast<unsigned>((slots + threads - 1) / threads), threads, 0, stream>>>(
+    item_stats_finish<T><<<slot_blocks, threads, 0, stream>>>(
         a.values.data_ptr<T>(), a.offsets.data_ptr<int64_t>(), slots, a.planes, a.out.data_ptr<double>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
