@@ -106,6 +106,46 @@ def test_overlapping_tiles(device):
     torch.testing.assert_close(res.fraction.cpu(), fraction)
 
 
+def test_many_tiles_of_very_different_sizes(device):
+    """Thousands of tiles from 1 px to the whole image, overlapping: the parts a large tile is cut
+    into and the planning scan's rounds of tiles (more than one block's threads) add up."""
+    image = random_image((2, 300, 700), torch.float32, seed=8)
+    tiles = torch.cat([grid_tiles(300, 700, 1, 12, seed=9), torch.tensor([[0, 0, 300, 700], [0, 0, 150, 700],
+                                                                          [5, 3, 300, 11], [299, 0, 300, 700]])])
+    assert len(tiles) > 2048
+    res = octopus.tile_filter(image.to(device), tiles.to(device), 0.5, max_fraction=0.5)
+    mean, fraction = reference(image, tiles, 0.5)
+    torch.testing.assert_close(res.mean.cpu(), mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.fraction.cpu(), fraction, rtol=0, atol=1e-15)
+    assert torch.equal(res.keep.cpu(), fraction <= 0.5)
+
+
+def neighbours(dtype, t):
+    """The value of `dtype` nearest t (t > 0) and its two neighbours in that dtype."""
+    if dtype == torch.uint8:
+        c = min(max(round(t), 1), 254)
+        return torch.tensor([c - 1, c, c + 1], dtype=torch.uint8)
+    v = torch.tensor([t], dtype=torch.float64).to(dtype)
+    bits = v.view(torch.int32 if dtype == torch.float32 else torch.int16)
+    return torch.cat([(bits - 1).view(dtype), v, (bits + 1).view(dtype)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.uint8])
+@pytest.mark.parametrize("threshold", [0.1, 0.5, 100.3, 1e39, -1e39, math.inf, -math.inf, math.nan])
+def test_threshold_between_representable_values(device, dtype, threshold):
+    """`value > threshold` as float64 compares it, for thresholds between two values of the
+    image's dtype, exactly on one, and beyond its range."""
+    values = torch.cat([neighbours(dtype, t) for t in (0.1, 0.5, 100.3)])
+    if dtype != torch.uint8:
+        big = torch.finfo(dtype).max
+        values = torch.cat([values, torch.tensor([big, -big, math.inf, -math.inf], dtype=dtype)])
+    image = values.repeat(8, 1)
+    tiles = torch.tensor([[0, 0, 8, len(values)], [1, 2, 3, 9]])
+    res = octopus.tile_filter(image.to(device), tiles.to(device), threshold)
+    _, fraction = reference(image, tiles, threshold)
+    torch.testing.assert_close(res.fraction.cpu(), fraction, rtol=0, atol=0)
+
+
 def test_opcheck(device):
     image = random_image((2, 40, 50), torch.float32).to(device)
     tiles = grid_tiles(40, 50, 8, 20).to(device)
