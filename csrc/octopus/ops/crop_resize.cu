@@ -22,7 +22,8 @@ namespace {
 // Thread (tx, ty) makes the kQuad neighbouring outputs of column group tx in kRowsPerThread
 // rows of the band (ty, ty + rows_per_pass, ...): its horizontal taps are worked out once
 // (32-bit) and serve every channel and row; each (channel, row) then costs a vertical tap,
-// two source lines of reads and one vector store (a row's stores are one contiguous run).
+// the horizontal passes over its two source lines (of an enlarged crop, only over lines the
+// previous row did not read) and one vector store (a row's stores are one contiguous run).
 // The rows are unrolled so that their reads are in flight together (CropResizeTuning; the
 // host shapes the launch with launch_policy()'s values, the same).
 constexpr int kQuad = cuda::kPolicy<CropResizeTuning>.quad;
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
   const int64_t out_plane = int64_t{out_h} * out_w;
   O* dst_box = out + k * channels * out_plane;
   const bool vector_rows = out_w % kQuad == 0;  // every quad whole and aligned
+  const bool upscaled = crop_h < out_h;
   for (int band = blockIdx.y; band < bands; band += gridDim.y) {
     const int64_t band_row0 = int64_t{band} * kRowsPerThread * rows_per_pass + ty;
     for (int q = tx; q < quads; q += blockDim.x) {
@@ -62,24 +64,19 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
         const acc_t m = mean != nullptr ? __ldg(mean + c) : acc_t(0);
         const acc_t inv_sd = std != nullptr ? acc_t(1) / __ldg(std + c) : acc_t(1);
         O* dst_plane = dst_box + c * out_plane + ox0;
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-          const int64_t row = band_row0 + int64_t{r} * rows_per_pass;
-          if (row >= out_h) break;
-          const BilinearTapOf<int> tv = bilinear_tap_scaled<int>(static_cast<int>(row), sy, crop_h);
-          const T* line0 = plane + static_cast<int64_t>(tv.i0) * b.width;
-          const T* line1 = plane + static_cast<int64_t>(tv.i1) * b.width;
-          const acc_t wy = tv.w;
-          Vec<O, kQuad> v;
+        // The horizontal pass over source line i: this thread's kQuad values of it.
+        auto across = [&](int i, acc_t (&h)[kQuad]) {
+          const T* line = plane + static_cast<int64_t>(i) * b.width;
 #pragma unroll
           for (int j = 0; j < kQuad; ++j) {
             const acc_t wx = th[j].w;
-            const acc_t top =
-                (1 - wx) * static_cast<acc_t>(line0[th[j].i0]) + wx * static_cast<acc_t>(line0[th[j].i1]);
-            const acc_t bottom =
-                (1 - wx) * static_cast<acc_t>(line1[th[j].i0]) + wx * static_cast<acc_t>(line1[th[j].i1]);
-            v.v[j] = static_cast<O>((((1 - wy) * top + wy * bottom) * scale - m) * inv_sd);
+            h[j] = (1 - wx) * static_cast<acc_t>(line[th[j].i0]) + wx * static_cast<acc_t>(line[th[j].i1]);
           }
+        };
+        auto store = [&](int64_t row, const acc_t (&top)[kQuad], const acc_t (&bottom)[kQuad], acc_t wy) {
+          Vec<O, kQuad> v;
+#pragma unroll
+          for (int j = 0; j < kQuad; ++j) v.v[j] = static_cast<O>((((1 - wy) * top[j] + wy * bottom[j]) * scale - m) * inv_sd);
           O* dst = dst_plane + row * out_w;
           if (vector_rows) {
             *reinterpret_cast<Vec<O, kQuad>*>(dst) = v;
@@ -88,6 +85,49 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
             for (int j = 0; j < kQuad; ++j) {
               if (ox0 + j < out_w) dst[j] = v.v[j];
             }
+          }
+        };
+        acc_t top[kQuad], bottom[kQuad];
+        if (upscaled) {
+          // Consecutive output rows of an enlarged crop mostly read the same two source lines:
+          // each line's horizontal pass is kept for the next row (a row then costs its vertical
+          // pass and its store).
+          int line_top = -1, line_bottom = -1;
+#pragma unroll
+          for (int r = 0; r < kRowsPerThread; ++r) {
+            const int64_t row = band_row0 + int64_t{r} * rows_per_pass;
+            if (row >= out_h) break;
+            const BilinearTapOf<int> tv = bilinear_tap_scaled<int>(static_cast<int>(row), sy, crop_h);
+            if (tv.i0 != line_top) {
+              if (tv.i0 == line_bottom) {
+#pragma unroll
+                for (int j = 0; j < kQuad; ++j) top[j] = bottom[j];
+              } else {
+                across(tv.i0, top);
+              }
+              line_top = tv.i0;
+            }
+            if (tv.i1 != line_bottom) {
+              if (tv.i1 == line_top) {
+#pragma unroll
+                for (int j = 0; j < kQuad; ++j) bottom[j] = top[j];
+              } else {
+                across(tv.i1, bottom);
+              }
+              line_bottom = tv.i1;
+            }
+            store(row, top, bottom, tv.w);
+          }
+        } else {
+          // A crop at least as tall as its output: rows read lines of their own, every row's reads go out together.
+#pragma unroll
+          for (int r = 0; r < kRowsPerThread; ++r) {
+            const int64_t row = band_row0 + int64_t{r} * rows_per_pass;
+            if (row >= out_h) break;
+            const BilinearTapOf<int> tv = bilinear_tap_scaled<int>(static_cast<int>(row), sy, crop_h);
+            across(tv.i0, top);
+            across(tv.i1, bottom);
+            store(row, top, bottom, tv.w);
           }
         }
       }
