@@ -79,6 +79,26 @@ def test_empty_batch_one_item_and_nan(device):
     assert s.mean[1].item() == 4.0 and s.min[1].item() == 3.0 and s.max[1].item() == 5.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_nan_anywhere_in_an_item_and_infinities(device, dtype):
+    """A NaN as an item's first value, in its 16-byte vectors, or among its last single values
+    makes its min and max NaN (whichever path reads it); +-inf without NaN are its min and max."""
+    n = 203  # items packed back to back: heads and tails of single values at every alignment
+    items = []
+    for where in (0, 1, 50, 101, n - 2, n - 1):
+        x = torch.arange(n, dtype=torch.float64)
+        x[where] = math.nan
+        items.append(x)
+    items.append(torch.cat([torch.tensor([math.inf, -math.inf]), torch.arange(n - 2, dtype=torch.float64)]))
+    items.append(torch.arange(n, dtype=torch.float64))
+    batch = octopus.RaggedBatch.from_tensors([x.to(dtype) for x in items], device=device)
+    for block in (64, 4096):
+        s = octopus.item_stats(batch, block_elems=block)
+        assert s.min[:6].isnan().all() and s.max[:6].isnan().all() and s.mean[:6].isnan().all()
+        assert s.min[6].item() == -math.inf and s.max[6].item() == math.inf
+        assert s.min[7].item() == 0 and s.max[7].item() == n - 1
+
+
 def test_huge_item_far_from_zero(device):
     # 3M float32 elements around 1e4 with unit spread: a naive float32 sum of squares
     # would lose the variance entirely.

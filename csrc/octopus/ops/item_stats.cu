@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <type_traits>
 
 #include "octopus/core/backend_cuda.cuh"
 #include "octopus/core/dtypes.h"
@@ -69,8 +70,29 @@ __device__ __forceinline__ double warp_min_max(double v, bool want_max) {
   return v;
 }
 
+// min / max that return NaN when either is NaN (one instruction from sm_80).
+__device__ __forceinline__ float min_or_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return isnan(a) || isnan(b) ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
+
+__device__ __forceinline__ float max_or_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return isnan(a) || isnan(b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
 template <typename T, int kVec = 16 / sizeof(T)>
-__global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __restrict__ x,
+__global__ void __launch_bounds__(cuda::kThreads, 3) item_stats_kernel(const T* __restrict__ x,
                                                                     const longlong2* __restrict__ plan,
                                                                     const int64_t* __restrict__ offsets, int64_t m,
                                                                     int64_t planes, double* __restrict__ acc) {
@@ -80,46 +102,66 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t{gridDim.x} * cuda::kThreads) >> 5;
   const int64_t units = __ldg(&plan[0].x);
-  const double inf = std::numeric_limits<double>::infinity();
   for (int64_t u = (int64_t{blockIdx.x} * cuda::kThreads + threadIdx.x) >> 5; u < units; u += warps) {
     const longlong2 row = __ldg(plan + 1 + u);
     // A block of one item, or a run of small items taken one at a time.
     const bool run = block_is_run(row.y);
     const int64_t first = block_item(row.y), row_begin = row.x, row_end = row_begin + block_length(row.y);
     const int64_t last = run ? min(first + kRunItems, m) : first + 1;
-    for (int64_t item = first; item < last; ++item) {
-      const int64_t begin = __ldg(offsets + item), item_end = __ldg(offsets + item + 1);
+    int64_t next_end = 0;
+    // A run's next item's end is requested while this one is summed (its begin is this one's end).
+    int64_t begin = __ldg(offsets + first), item_end = __ldg(offsets + first + 1);
+    for (int64_t item = first; item < last; ++item, begin = item_end, item_end = next_end) {
       if (run && begin >= row_end) break;
+      next_end = item + 1 < last ? __ldg(offsets + item + 2) : 0;
       int64_t g = run ? max(row_begin, begin) : row_begin;
       const int64_t end = run ? min(row_end, item_end) : row_end;
       const int64_t plane = max((item_end - begin) / planes, int64_t{1});  // >= 1 whatever the input
       while (g < end) {  // one piece per channel plane the block touches
         const int64_t c = min((g - begin) / plane, planes - 1);
         const int64_t piece_end = c == planes - 1 ? end : min(end, begin + (c + 1) * plane);
-        const double k = static_cast<double>(static_cast<acc_type<T>>(x[begin + c * plane]));
-        double s1 = 0.0, s2 = 0.0, lo = inf, hi = -inf;
-        bool has_nan = false;
-        auto add = [&](T value) {
-          const double d0 = static_cast<double>(static_cast<acc_type<T>>(value));
-          const double d = d0 - k;
-          s1 += d;
-          s2 = fma(d, d, s2);
-          has_nan |= isnan(d0);
-          lo = fmin(lo, d0);
-          hi = fmax(hi, d0);
-        };
-        // Single elements up to the first 16-byte boundary and after the last; whole
-        // vectors (kUnroll in flight per lane) in between.
+        // Single elements up to the first 16-byte boundary and after the last (fewer than kVec
+        // each: at most one per lane); whole vectors (kUnroll in flight per lane) in between.
+        // The shift, the single elements and the first vectors are requested together: a
+        // small item then costs one round trip to memory, not one per kind of read.
         const int64_t a0 = min(piece_end, (g + kVec - 1) / kVec * kVec);
         const int64_t a1 = max(a0, piece_end / kVec * kVec);
-        for (int64_t e = g + lane; e < a0; e += 32) add(x[e]);
-        for (int64_t e = a1 + lane; e < piece_end; e += 32) add(x[e]);
-        for (int64_t base = a0 + int64_t{lane} * kVec; base < a1; base += int64_t{32} * kVec * kUnroll) {
+        const T shift = x[begin + c * plane];
+        const bool has_head = g + lane < a0, has_tail = a1 + lane < piece_end;
+        const T head = has_head ? x[g + lane] : shift, tail = has_tail ? x[a1 + lane] : shift;
+        using acc_t = acc_type<T>;
+        const double k = static_cast<double>(static_cast<acc_t>(shift));
+        double s1 = 0.0, s2 = 0.0;
+        // Min, max and NaN in the values' own accumulator type (exact: they only compare): for
+        // float32 and narrower one instruction each that also keeps a NaN, where float64 took
+        // several (the kernel was bound by its integer/logic pipe on small items).
+        acc_t lo_v = std::numeric_limits<acc_t>::infinity(), hi_v = -std::numeric_limits<acc_t>::infinity();
+        bool has_nan = false;
+        auto add = [&](T value) {
+          const acc_t v = static_cast<acc_t>(value);
+          const double d = static_cast<double>(v) - k;
+          s1 += d;
+          s2 = fma(d, d, s2);
+          if constexpr (std::is_same_v<acc_t, float>) {
+            lo_v = min_or_nan(lo_v, v);
+            hi_v = max_or_nan(hi_v, v);
+          } else {
+            has_nan |= isnan(v);
+            lo_v = fmin(lo_v, v);
+            hi_v = fmax(hi_v, v);
+          }
+        };
+        for (int64_t base = a0 + int64_t{lane} * kVec, round = 0; base < a1 || round == 0;
+             base += int64_t{32} * kVec * kUnroll, ++round) {
           Vec<T, kVec> v[kUnroll];
   #pragma unroll
           for (int j = 0; j < kUnroll; ++j) {
             const int64_t e = base + int64_t{j} * 32 * kVec;
             if (e < a1) v[j] = *reinterpret_cast<const Vec<T, kVec>*>(x + e);
+          }
+          if (round == 0) {
+            if (has_head) add(head);
+            if (has_tail) add(tail);
           }
   #pragma unroll
           for (int j = 0; j < kUnroll; ++j) {
@@ -129,7 +171,7 @@ __global__ void __launch_bounds__(cuda::kThreads) item_stats_kernel(const T* __r
           }
         }
         const double nan = __longlong_as_double(0x7ff8000000000000LL);
-        if (has_nan) lo = hi = nan;
+        double lo = has_nan ? nan : static_cast<double>(lo_v), hi = has_nan ? nan : static_cast<double>(hi_v);
         s1 = warp_sum(s1);
         s2 = warp_sum(s2);
         lo = warp_min_max(lo, false);
