@@ -91,6 +91,15 @@ def test_each_batch_gets_its_layout_class_choice(cache_dir):
     torch.testing.assert_close(out, small.values * 2 + 1)
 
 
+def test_build_id_is_a_digest_of_the_loaded_extension():
+    import hashlib
+
+    from octopus._library import _C
+    with open(_C.__file__, "rb") as f:
+        assert tuning.build_id() == hashlib.blake2b(f.read(), digest_size=8).hexdigest()
+    assert f"build {tuning.build_id()}" in tuning.cache_key(torch.device("cpu"))
+
+
 def test_cached_choice_is_reused_without_probing(cache_dir, monkeypatch):
     first = small_probe()
     tuning.forget()
@@ -123,11 +132,15 @@ def test_corrupt_cache_file_is_survived_and_replaced(cache_dir):
     assert old.source == "cache" and old.by_class == {} and old.for_layout(3, 55) == ("lookup", 2048)
 
 
-def test_cache_ignored_when_version_or_device_changes(cache_dir, monkeypatch):
+def test_cache_ignored_when_version_build_or_device_changes(cache_dir, monkeypatch):
     small_probe()
     tuning.forget()
     with monkeypatch.context() as patch:
         patch.setattr(octopus, "__version__", "99.0.0")
+        assert tuning.tuned_choice("cpu").source == "default"
+    tuning.forget()
+    with monkeypatch.context() as patch:  # kernels rebuilt within one version
+        patch.setattr(tuning, "build_id", lambda: "another build")
         assert tuning.tuned_choice("cpu").source == "default"
     tuning.forget()
     with monkeypatch.context() as patch:
