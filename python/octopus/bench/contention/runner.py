@@ -115,6 +115,8 @@ class Runner:
         while not stop.wait(min(1e-3, self.stall_dump_ms * 1e-3 / 4)) and len(dumps) < limit:
             now = time.perf_counter()
             for ident, (name, started) in list(self._running.items()):
+                if len(dumps) >= limit:  # two jobs may pass the threshold in one look
+                    break
                 if (now - started) * 1e3 <= self.stall_dump_ms or (ident, started) in seen:
                     continue
                 seen.add((ident, started))
