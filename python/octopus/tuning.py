@@ -4,16 +4,17 @@ short probes, per class of batch layout, and remember the choices on disk.
 Ops called with ``strategy="auto"`` (their default) use the choice made for their device and
 their batch's layout class (its mean item size, which the host knows without reading the
 device: :func:`layout_class`): in this process if :func:`autotune` ran, else from the on-disk
-cache if an earlier process tuned this device with this build of octopus and this torch, else the built-in
-default (:data:`octopus.DEFAULT_STRATEGY`, :data:`octopus.DEFAULT_BLOCK_ELEMS`). Ops never probe
-on their own: a probe inside a user's loop, a CUDA-graph capture or a ``torch.compile``
-trace would be a surprise. Call :func:`autotune` once, e.g. at start-up.
+cache if an earlier process tuned this device with this build of octopus and this torch, else
+the built-in default (:data:`octopus.DEFAULT_STRATEGY`, :data:`octopus.DEFAULT_BLOCK_ELEMS`).
+Ops never probe on their own: a probe inside a user's loop, a CUDA-graph capture or a
+``torch.compile`` trace would be a surprise. Call :func:`autotune` once, e.g. at start-up.
 
 The cache is one JSON file (``$OCTOPUS_CACHE_DIR``, else ``$XDG_CACHE_HOME/octopus``, else
-``~/.cache/octopus``; ``autotune.json``) mapping a key (device name, octopus version and a digest
-of its compiled extension, torch version) to a choice: rebuilt kernels, even of the same
-version, are probed afresh rather than given a choice measured on others. It is written atomically (a temporary file renamed over it); a file
-that cannot be read or parsed is treated as empty and replaced at the next save.
+``~/.cache/octopus``; ``autotune.json``) mapping a key (device name, octopus version and a
+digest of its compiled extension, torch version) to a choice: rebuilt kernels, even of the
+same version, are probed afresh rather than given a choice measured on others. It is written
+atomically (a temporary file renamed over it); a file that cannot be read or parsed is treated
+as empty and replaced at the next save.
 """
 
 from __future__ import annotations

@@ -76,7 +76,9 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
         auto store = [&](int64_t row, const acc_t (&top)[kQuad], const acc_t (&bottom)[kQuad], acc_t wy) {
           Vec<O, kQuad> v;
 #pragma unroll
-          for (int j = 0; j < kQuad; ++j) v.v[j] = static_cast<O>((((1 - wy) * top[j] + wy * bottom[j]) * scale - m) * inv_sd);
+          for (int j = 0; j < kQuad; ++j) {
+            v.v[j] = static_cast<O>((((1 - wy) * top[j] + wy * bottom[j]) * scale - m) * inv_sd);
+          }
           O* dst = dst_plane + row * out_w;
           if (vector_rows) {
             *reinterpret_cast<Vec<O, kQuad>*>(dst) = v;
@@ -119,7 +121,8 @@ __global__ void __launch_bounds__(cuda::kThreads) crop_resize_kernel(
             store(row, top, bottom, tv.w);
           }
         } else {
-          // A crop at least as tall as its output: rows read lines of their own, every row's reads go out together.
+          // A crop at least as tall as its output: rows read lines of their own, and every row's
+          // reads go out together.
 #pragma unroll
           for (int r = 0; r < kRowsPerThread; ++r) {
             const int64_t row = band_row0 + int64_t{r} * rows_per_pass;

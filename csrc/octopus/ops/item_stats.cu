@@ -91,6 +91,8 @@ __device__ __forceinline__ float max_or_nan(float a, float b) {
 #endif
 }
 
+// Three blocks per SM (at most 80 registers): uncapped, the uint8 kernel takes 96 (two blocks;
+// a few bytes spill at 80); the others need 64-76 either way.
 template <typename T, int kVec = 16 / sizeof(T)>
 __global__ void __launch_bounds__(cuda::kThreads, 3) item_stats_kernel(const T* __restrict__ x,
                                                                     const longlong2* __restrict__ plan,
