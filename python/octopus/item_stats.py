@@ -94,7 +94,10 @@ def normalize(batch: RaggedLike, channels: int = 0, *, mean: Constants = None, s
       ``(x - mean) / std`` as ``torchvision.transforms.Normalize`` computes it (``eps`` is not
       used), for every item; only the second pass runs.
 
-    uint8 values give float32. Differentiable with respect to the values.
+    uint8 values give float32. Differentiable with respect to the values. A call that needs
+    no gradient goes from this one Python call to its kernels (statistics, each item's center
+    and scale — ``torch.ops.octopus.normalize_constants`` — and the second pass) without
+    returning to Python: little host time for an eager latency-critical caller.
 
     ``batch`` is a ragged batch in any form (:data:`octopus.inputs.RaggedLike`, packed once
     for both passes); the result is a :class:`RaggedBatch`, or a nested tensor of the
@@ -181,3 +184,35 @@ def _item_stats_backward(ctx, grad):
 
 
 torch.library.register_autograd("octopus::item_stats", _item_stats_backward, setup_context=_item_stats_setup_context)
+
+
+@register_fake("octopus::normalize_constants")
+def _normalize_constants_fake(stats, offsets, channels, eps, correction, dtype):
+    shape = (stats.shape[0], stats.shape[1])
+    return stats.new_empty(shape, dtype=dtype), stats.new_empty(shape, dtype=dtype)
+
+
+def _normalize_constants_setup_context(ctx, inputs, output):
+    stats, offsets, _, ctx.eps, ctx.correction, _ = inputs
+    ctx.save_for_backward(stats, offsets)
+
+
+def _normalize_constants_backward(ctx, grad_center, grad_scale):
+    # center = sum / n and scale = (M2 / (n - correction) + eps) ** -0.5, each through
+    # nan_to_num, whose gradient is 0 where its input is not finite.
+    stats, offsets = ctx.saved_tensors
+    n = (offsets.diff() // stats.shape[1]).to(torch.float64).unsqueeze(1)
+    dof = n - ctx.correction
+    center = stats[..., 0] / n
+    scale = torch.where(dof > 0, (stats[..., 1] / dof + ctx.eps).rsqrt(), float("nan"))
+    zero = stats.new_zeros(())
+    grad = torch.zeros_like(stats)
+    if grad_center is not None:
+        grad[..., 0] = torch.where(center.isfinite(), grad_center.to(torch.float64) / n, zero)
+    if grad_scale is not None:
+        grad[..., 1] = torch.where(scale.isfinite(), grad_scale.to(torch.float64) * -0.5 * scale ** 3 / dof, zero)
+    return grad, None, None, None, None, None
+
+
+torch.library.register_autograd("octopus::normalize_constants", _normalize_constants_backward,
+                                setup_context=_normalize_constants_setup_context)

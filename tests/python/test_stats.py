@@ -150,6 +150,93 @@ def test_opcheck(device):
                            16, None))
 
 
+def _constants_by_torch_ops(stats, offsets, eps, correction, dtype):
+    """What normalize computed with torch ops before normalize_constants: its reference."""
+    count = (offsets.diff() // stats.shape[1]).to(torch.float64).unsqueeze(1)
+    var = torch.where(count > correction, stats[..., 1] / (count - correction), float("nan"))
+    return (torch.nan_to_num(stats[..., 0] / count).to(dtype),
+            torch.nan_to_num((var + eps).rsqrt()).to(dtype))
+
+
+def _awkward_batch(device, dtype=torch.float32):
+    """Empty items, one-element items, constant ones, a NaN, an infinity, huge and tiny values."""
+    g = torch.Generator().manual_seed(11)
+    items = [torch.randn(2, int(n), generator=g) * 10 ** float(e) for n, e in zip(
+        torch.randint(0, 40, (40,), generator=g), torch.randint(-30, 30, (40,), generator=g))]
+    items += [torch.zeros(2, 0), torch.ones(2, 1), torch.full((2, 7), 3.0), torch.tensor([[1.0, math.nan], [2.0, 3.0]]),
+              torch.tensor([[1.0, math.inf], [-math.inf, 2.0]]), torch.tensor([[1e30, -1e30, 3e30], [1e-30, 0, 1]])]
+    return octopus.RaggedBatch.from_tensors([t.to(dtype) for t in items], device=device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("correction", [0, 1, 2])
+def test_normalize_constants_equal_the_torch_ops_bit_for_bit(device, dtype, correction):
+    batch = _awkward_batch(device, torch.float64)
+    for channels in (0, 2):
+        stats = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, 0, None, True)
+        for eps in (1e-5, 0.0, 3.0):
+            got = torch.ops.octopus.normalize_constants(stats, batch.offsets, channels, eps, correction, dtype)
+            want = _constants_by_torch_ops(stats, batch.offsets, eps, correction, dtype)
+            for g, w in zip(got, want):
+                assert g.dtype == dtype and g.shape == (len(batch), max(channels, 1))
+                assert torch.equal(g, w), (g - w).abs().max()
+    empty = torch.ops.octopus.normalize_constants(stats[:0], batch.offsets[:1], 2, 1e-5, correction, dtype)
+    assert [t.shape for t in empty] == [(0, 2), (0, 2)]
+
+
+def test_normalize_constants_gradients_and_opcheck(device):
+    batch = _awkward_batch(device, torch.float64)  # less empty items (sum / 0) and infinities: not differentiable
+    keep = [i for i, t in enumerate(batch.cpu().unbind()) if t.numel() and t.isfinite().all() and (t.abs() < 1e6).all()]
+    batch = octopus.RaggedBatch.from_tensors([batch.cpu().unbind()[i] for i in keep], device=device)
+    for channels, correction in ((0, 1), (2, 0), (2, 2)):
+        stats = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, 0, None, True)
+        stats = stats.requires_grad_()
+        args = (batch.offsets, channels, 0.5, correction, torch.float64)
+        torch.autograd.gradcheck(lambda s: torch.ops.octopus.normalize_constants(s, *args), (stats,))
+        torch.library.opcheck(torch.ops.octopus.normalize_constants.default, (stats, *args))
+        torch.library.opcheck(torch.ops.octopus.normalize_constants.default, (stats.detach(), *args[:-1], torch.float32))
+
+
+def test_normalize_constants_bad_input(device):
+    batch = make([(3, 4), (2, 2)], device)
+    stats = torch.ops.octopus.item_stats(batch.values, batch.offsets, 0, 0, None, True)
+    op = torch.ops.octopus.normalize_constants
+    with pytest.raises(ValueError, match="stats must be item_stats' output"):
+        op(stats.float(), batch.offsets, 0, 1e-5, 0, torch.float32)
+    with pytest.raises(ValueError, match="stats must be item_stats' output"):
+        op(stats[..., :2], batch.offsets, 0, 1e-5, 0, torch.float32)
+    with pytest.raises(ValueError, match="one more entry"):
+        op(stats, batch.offsets[:-1], 0, 1e-5, 0, torch.float32)
+    with pytest.raises(ValueError, match="offsets must be 1-D int64"):
+        op(stats, batch.offsets.int(), 0, 1e-5, 0, torch.float32)
+    with pytest.raises(ValueError, match="channels"):
+        op(stats, batch.offsets, 3, 1e-5, 0, torch.float32)
+    with pytest.raises(ValueError, match="correction"):
+        op(stats, batch.offsets, 0, 1e-5, -1, torch.float32)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        op(stats, batch.offsets, 0, 1e-5, 0, torch.float16)
+    if device.type == "cuda":
+        with pytest.raises(ValueError, match="offsets must be on the device of stats"):
+            op(stats, batch.offsets.cpu(), 0, 1e-5, 0, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8])
+def test_normalize_without_and_with_autograd_agree_bit_for_bit(device, dtype):
+    """A call that needs no gradient runs below autograd (no Python on its way to the kernels);
+    one that does goes through the ops' autograd formulas: the same values either way."""
+    batch = _awkward_batch(device) if dtype != torch.uint8 else make([(3, 5, 4), (3, 0, 2), (3, 1, 1)], device, dtype)
+    if dtype == torch.float64:
+        batch = batch.with_values(batch.values.double())
+    for channels in (0, 2 if dtype != torch.uint8 else 3):
+        plain = octopus.normalize(batch, channels).values
+        with torch.no_grad():
+            torch.testing.assert_close(octopus.normalize(batch, channels).values, plain, rtol=0, atol=0, equal_nan=True)
+        if dtype != torch.uint8:
+            tracked = octopus.normalize(batch.with_values(batch.values.clone().requires_grad_()), channels).values
+            assert tracked.requires_grad
+            torch.testing.assert_close(tracked.detach(), plain, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_normalize_matches_reference(device, dtype):
     g = torch.Generator().manual_seed(3)

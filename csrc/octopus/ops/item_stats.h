@@ -28,13 +28,8 @@ struct ItemStatsArgs {
 ItemStatsArgs prepare_item_stats(const at::Tensor& values, const at::Tensor& offsets, int64_t channels,
                                  int64_t block_elems, bool validate_contents);
 
-// The CPU kernel (item_stats.cpp); normalize, a composite of item_stats and pointwise
-// (normalize.cpp). schemas.cpp registers both.
+// The CPU kernel (item_stats.cpp); schemas.cpp registers it.
 at::Tensor item_stats_cpu(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, int64_t block_elems,
                           const c10::optional<at::Tensor>& plan, bool validate);
-at::Tensor normalize(const at::Tensor& values, const at::Tensor& offsets, int64_t channels, double eps,
-                     int64_t correction, const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& std,
-                     int64_t stats_block_elems, const c10::optional<at::Tensor>& plan, c10::string_view strategy,
-                     int64_t block_elems, const c10::optional<at::Tensor>& metadata);
 
 }  // namespace octopus

@@ -10,6 +10,7 @@
 #include "octopus/ops/crop_resize.h"
 #include "octopus/ops/crop_resize_ragged.h"
 #include "octopus/ops/item_stats.h"
+#include "octopus/ops/normalize.h"
 #include "octopus/ops/padding.h"
 #include "octopus/ops/pointwise.h"
 #include "octopus/ops/sampler_step_args.h"
@@ -61,7 +62,10 @@ TORCH_LIBRARY(octopus, m) {
   m.def("item_stats(Tensor values, Tensor offsets, int channels=0, int block_elems=0, Tensor? plan=None, "
         "bool validate=True) -> Tensor",
         cpu(&item_stats_cpu));
-  // normalize (a composite of item_stats and pointwise)
+  // normalize (a composite of item_stats, normalize_constants and pointwise)
+  m.def("normalize_constants(Tensor stats, Tensor offsets, int channels, float eps, int correction, "
+        "ScalarType dtype) -> (Tensor, Tensor)",
+        cpu(&normalize_constants_cpu));
   m.def("normalize(Tensor values, Tensor offsets, int channels=0, float eps=1e-5, int correction=0, "
         "Tensor? mean=None, Tensor? std=None, int stats_block_elems=0, Tensor? plan=None, str strategy=\"plan\", "
         "int block_elems=0, Tensor? metadata=None) -> Tensor",
