@@ -1,7 +1,8 @@
 """What the op families' registrations share: the fake decorator that checks devices as the
-kernels do, the output dtype rule and per-item sums for autograd formulas. Each family's
-module (affine.py, pointwise.py, padding.py, item_stats.py, crop_resize.py, stencil.py,
-tile_stats.py, plan.py, diffusion/rows.py) registers its own fakes and formulas."""
+kernels do, the call that skips autograd where nothing needs a gradient, the output dtype rule
+and per-item sums for autograd formulas. Each family's module (affine.py, pointwise.py,
+padding.py, item_stats.py, crop_resize.py, stencil.py, tile_stats.py, plan.py,
+diffusion/rows.py) registers its own fakes and formulas."""
 
 import functools
 import inspect
@@ -33,6 +34,18 @@ def register_fake(op):
         torch.library.register_fake(op)(checked)
         return fake
     return register
+
+
+def call_op(op, *args):
+    """``op(*args)`` (an octopus operator), below autograd where no argument needs a gradient
+    and ``torch.compile`` is not tracing: the ops' autograd formulas are registered from Python,
+    so the autograd step would run Python on the way to the kernel even when nothing needs a
+    gradient (host time an eager latency-critical caller pays on every call)."""
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
 
 
 def out_dtype(dtype: torch.dtype) -> torch.dtype:

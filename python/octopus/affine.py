@@ -9,7 +9,7 @@ import torch
 
 from . import tuning
 from ._messages import describe
-from ._registrations import item_sums, out_dtype, register_fake
+from ._registrations import call_op, item_sums, out_dtype, register_fake
 from .inputs import FORMS, PackedLike, RaggedLike, RaggedResult, as_ragged, one_of
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
@@ -86,8 +86,8 @@ def affine(x: Union[RaggedLike, torch.Tensor], scale: ParamLike = None, bias: Pa
     block_elems = resolve_block_elems(block_elems)
     m = len(batch)
     s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, batch.values)
-    out = torch.ops.octopus.affine(batch.values, batch.offsets, s, b, strategy, block_elems,
-                                   batch.metadata(strategy, block_elems), False)
+    out = call_op(torch.ops.octopus.affine, batch.values, batch.offsets, s, b, strategy, block_elems,
+                  batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))
 
 
@@ -104,7 +104,7 @@ def _affine_values(values: torch.Tensor, scale: ParamLike, bias: ParamLike, offs
     strategy, block_elems = tuning.resolve(strategy, block_elems, values.device, m, values.numel())
     block_elems = resolve_block_elems(block_elems)
     s, b = item_params(scale, "scale", 1.0, bias, "bias", 0.0, m, values)
-    out: torch.Tensor = torch.ops.octopus.affine(values, offsets, s, b, strategy, block_elems, None, True)
+    out: torch.Tensor = call_op(torch.ops.octopus.affine, values, offsets, s, b, strategy, block_elems, None, True)
     return out
 
 

@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Tuple, Union, cast, overload
 import torch
 
 from . import tuning
-from ._registrations import out_dtype, register_fake
+from ._registrations import call_op, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import RaggedLike, as_ragged
 from .ragged import RaggedBatch
@@ -130,8 +130,8 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
         if channels == 0:
             raise ValueError("source has no images, so nothing says C of the [K, C, h, w] result; pass an empty "
                              "dense source, torch.empty(0, C, H, W), or a per-box size (a RaggedBatch result)")
-        crops: torch.Tensor = torch.ops.octopus.crop_resize(values, offsets, sizes, boxes, channels, out_h, out_w,
-                                                            float(scale), mean_t, std_t, validate)
+        crops: torch.Tensor = call_op(torch.ops.octopus.crop_resize, values, offsets, sizes, boxes, channels, out_h,
+                                      out_w, float(scale), mean_t, std_t, validate)
         return crops
     hw = _out_sizes(size, boxes)
     channels = channels or 1  # an empty source: its boxes (none can be valid) make items of no channels
@@ -146,9 +146,9 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     layout = RaggedBatch(values.new_empty((1,), dtype=out_dtype).expand(num_out), host_offsets.to(values.device),
                          host_sizes.to(values.device), validate=False)
     layout._host_layout = (host_offsets, host_sizes)
-    out = torch.ops.octopus.crop_resize_ragged(values, offsets, sizes, boxes, channels, layout.offsets, layout.sizes,
-                                               num_out, float(scale), mean_t, std_t, strategy, block_elems,
-                                               layout.metadata(strategy, block_elems), validate)
+    out = call_op(torch.ops.octopus.crop_resize_ragged, values, offsets, sizes, boxes, channels, layout.offsets,
+                  layout.sizes, num_out, float(scale), mean_t, std_t, strategy, block_elems,
+                  layout.metadata(strategy, block_elems), validate)
     return layout.with_values(out)
 
 

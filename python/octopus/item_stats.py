@@ -8,7 +8,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple, Union, overload
 import torch
 
 from . import pointwise, tuning  # noqa: F401  (pointwise: octopus::normalize's second pass, its autograd)
-from ._registrations import register_fake
+from ._registrations import call_op, register_fake
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
 from .strategies import resolve_block_elems
@@ -54,7 +54,7 @@ def item_stats(batch: RaggedLike, channels: int = 0, *, correction: int = 1,
     _check_planes(batch, channels)
     block = resolve_block_elems(block_elems or STATS_BLOCK_ELEMS)
     plan = batch.plan(block) if batch.device.type == "cuda" else None
-    raw = torch.ops.octopus.item_stats(batch.values, batch.offsets, channels, block, plan, False)
+    raw = call_op(torch.ops.octopus.item_stats, batch.values, batch.offsets, channels, block, plan, False)
     planes = raw.shape[1]
     count = (batch.offsets.diff() // planes).to(torch.float64).unsqueeze(1).expand(-1, planes)
     total, m2, lo, hi = raw.unbind(2)

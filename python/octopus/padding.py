@@ -9,7 +9,7 @@ import torch
 
 from . import tuning
 from ._messages import describe, format_shape
-from ._registrations import register_fake
+from ._registrations import call_op, register_fake
 from .inputs import RaggedLike, as_ragged
 from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
@@ -45,8 +45,8 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
                                            padded.shape[0] if padded.dim() else 0, padded.numel())
     block_elems = resolve_block_elems(block_elems)
     layout = _batch_layout(padded, sizes) if isinstance(sizes, RaggedBatch) else _sizes_layout(padded, sizes)
-    values = torch.ops.octopus.from_padded(padded, layout.offsets, layout.sizes, layout.numel(), strategy, block_elems,
-                                           layout.metadata(strategy, block_elems), validate)
+    values = call_op(torch.ops.octopus.from_padded, padded, layout.offsets, layout.sizes, layout.numel(), strategy,
+                     block_elems, layout.metadata(strategy, block_elems), validate)
     return layout.with_values(values)  # the layout's cached plans too
 
 

@@ -9,7 +9,7 @@ import torch
 
 from . import tuning
 from ._messages import format_shape
-from ._registrations import item_sums, out_dtype, register_fake
+from ._registrations import call_op, item_sums, out_dtype, register_fake
 from .affine import ParamLike, item_params
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
@@ -31,8 +31,8 @@ def run_pointwise(x: RaggedLike, kind: str, a: ParamLike, b: ParamLike, a_name: 
         if p.dim() not in (1, 2) or p.shape[0] != m:
             raise ValueError(f"{name} must have shape [num_items] or [num_items, channels] with num_items = {m}, "
                              f"got {format_shape(p.shape)}")
-    out = torch.ops.octopus.pointwise(x.values, x.offsets, kind, pa, pb, strategy, block_elems,
-                                      x.metadata(strategy, block_elems), False)
+    out = call_op(torch.ops.octopus.pointwise, x.values, x.offsets, kind, pa, pb, strategy, block_elems,
+                  x.metadata(strategy, block_elems), False)
     return given.result(x.with_values(out))
 
 

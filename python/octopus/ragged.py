@@ -10,6 +10,7 @@ import torch
 
 from . import _library  # noqa: F401  (registers torch.ops.octopus)
 from ._messages import describe, format_shape
+from ._registrations import call_op
 from .strategies import PLAN_STRATEGIES, TABLE_STRATEGIES, check_strategy, resolve_block_elems
 
 
@@ -282,8 +283,8 @@ class RaggedBatch:
             max_shape = [int(s) for s in max_size]
             if len(max_shape) != d or any(s < 0 for s in max_shape):
                 raise ValueError(f"max_size must have {d} non-negative extents, got {format_shape(max_shape)}")
-        out: torch.Tensor = torch.ops.octopus.to_padded(self._values, self._offsets, self._sizes, max_shape,
-                                                         float(pad_value), False)
+        out: torch.Tensor = call_op(torch.ops.octopus.to_padded, self._values, self._offsets, self._sizes, max_shape,
+                                    float(pad_value), False)
         return out
 
     def to_nested(self, layout: Optional[torch.layout] = None) -> torch.Tensor:

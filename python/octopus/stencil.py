@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Union, overload
 import torch
 
 from . import tuning
-from ._registrations import item_sums, out_dtype, register_fake
+from ._registrations import call_op, item_sums, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
@@ -85,8 +85,8 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
         raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got shape "
                          f"{format_shape(shape)}")
     w = w.to(device=batch.device, dtype=dtype).contiguous()
-    out = torch.ops.octopus.stencil3x3(batch.values, batch.offsets, batch.sizes, w, border, strategy, block_elems,
-                                       batch.metadata(strategy, block_elems), False)
+    out = call_op(torch.ops.octopus.stencil3x3, batch.values, batch.offsets, batch.sizes, w, border, strategy,
+                  block_elems, batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))
 
 
