@@ -6,6 +6,7 @@ diffusion/rows.py) registers its own fakes and formulas."""
 
 import functools
 import inspect
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ def register_fake(op):
     return register
 
 
-def call_op(op, *args):
+def call_op(op: Any, *args: Any) -> Any:
     """``op(*args)`` (an octopus operator), below autograd where no argument needs a gradient
     and ``torch.compile`` is not tracing: the ops' autograd formulas are registered from Python,
     so the autograd step would run Python on the way to the kernel even when nothing needs a
