@@ -199,7 +199,10 @@ class RaggedBatch:
             raise ValueError(f"values must have shape {format_shape(self._values.shape)}, got {describe(values)}")
         if values.device != self.device:
             raise ValueError(f"values must be on {self.device}, got {values.device}")
-        out = RaggedBatch(values, self._offsets, self._sizes, validate=False)
+        # No constructor: the layout is this batch's, checked when it was made (its checks
+        # are a fair share of an eager call's host time).
+        out = RaggedBatch.__new__(RaggedBatch)
+        out._values, out._offsets, out._sizes = values, self._offsets, self._sizes
         out._host_layout = self._host_layout
         out._metadata = self._metadata
         return out
