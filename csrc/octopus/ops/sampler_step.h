@@ -414,7 +414,13 @@ static_assert(SamplerStepTuning::for_arch(900).valid());
 // pointer at run time (UniPC, and launches that mix samplers: the union of their inputs).
 enum class StepInputs { None, Noise, History, Any };
 
-template <typename scalar_t, typename acc_t, StepInputs kInputs>
+// Words of one sample's Item in an item table (15 coefficients and the skip flag).
+constexpr int kItemWords = 16;
+
+// kItemTable: item(i) reads sample i's Item from `item_table` (written before the step by
+// sampler_item_table_kernel, from the same functor without it), so the step kernel holds no
+// call to the coefficient math: fewer registers, and its first loads are not held behind it.
+template <typename scalar_t, typename acc_t, StepInputs kInputs, bool kItemTable = false>
 struct SamplerStepOp {
   static constexpr bool kMayNoise = kInputs == StepInputs::Noise || kInputs == StepInputs::Any;
   static constexpr bool kMayHistory = kInputs == StepInputs::History || kInputs == StepInputs::Any;
@@ -447,8 +453,38 @@ struct SamplerStepOp {
   scalar_t* __restrict__ prev_sample;
   scalar_t* __restrict__ pred_x0;      // null: not wanted
   SamplerParams params;
+  const acc_t* __restrict__ item_table = nullptr;  // kItemTable: [N, kItemWords]
+  using Acc = acc_t;
 
   OCTOPUS_HD Item item(int64_t i) const {
+    if constexpr (kItemTable) {
+      constexpr int kPer = 16 / sizeof(acc_t);  // 16-byte loads: a row is 64 or 128 bytes
+      using Words = Vec<acc_t, kPer>;
+      Words r[kItemWords / kPer];
+#pragma unroll
+      for (int k = 0; k < kItemWords / kPer; ++k) r[k] = reinterpret_cast<const Words*>(item_table + i * kItemWords)[k];
+      auto w = [&](int k) { return r[k / kPer].v[k % kPer]; };
+      return Item{w(0), w(1), w(2),  w(3),  w(4),  w(5),  w(6),  w(7),
+                  w(8), w(9), w(10), w(11), w(12), w(13), w(14), w(15) != acc_t(0)};
+    } else {
+      return computed_item(i);
+    }
+  }
+
+  // Sample i's Item as a row of an item table.
+  OCTOPUS_HD void write_item(int64_t i, acc_t* table) const {
+    const Item it = computed_item(i);
+    const acc_t w[kItemWords] = {it.a, it.b, it.p, it.q, it.r, it.s,  it.u,  it.clip,
+                                 it.e, it.cl, it.c1, it.c2, it.cx, it.v, it.cd, acc_t(it.skip ? 1 : 0)};
+    for (int k = 0; k < kItemWords; ++k) table[i * kItemWords + k] = w[k];
+  }
+
+  // The same functor reading its Items from `table`.
+  SamplerStepOp<scalar_t, acc_t, kInputs, true> with_item_table(const acc_t* table) const {
+    return {model_output, sample, noise, history, history2, last_sample, prev_sample, pred_x0, params, table};
+  }
+
+  OCTOPUS_HD Item computed_item(int64_t i) const {
     const double t = params.timesteps[i];
     if (!(t >= 0.0)) {
       return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0),
