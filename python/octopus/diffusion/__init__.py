@@ -12,7 +12,7 @@
   (prompts in, images out).
 - :class:`PerSampleStepper`: any diffusers scheduler, one copy per sample.
 - The fused step's tables (:mod:`octopus.diffusion.rows`): every sampler is one row
-  (:class:`SamplerRow`), so samples of different samplers share one launch.
+  (:class:`SamplerRow`), so samples of different samplers share one step kernel.
 """
 
 from .per_sample_stepper import PerSampleStepper

@@ -4,9 +4,9 @@ every sample has its own timestep (and, optionally, its own schedule).
 Each scheduler mirrors the diffusers scheduler of the same name for the configurations
 listed in its docstring, computes its tables (timesteps, sigmas or alphas_cumprod) the way
 diffusers does as one :class:`~octopus.diffusion.rows.SamplerRow` per schedule, keeps them
-on the device, and calls ``torch.ops.octopus.sampler_step``: one kernel that looks up each
-sample's step from its timestep, computes that sample's coefficients, and updates its
-latents. Latents are dense ``[N, ...]`` tensors or a :class:`~octopus.RaggedBatch`
+on the device, and calls ``torch.ops.octopus.sampler_step``, which looks up each sample's
+step from its timestep, computes that sample's coefficients (on CUDA into a small table, one
+warp a sample) and updates its latents in one kernel whatever the mix of samplers. Latents are dense ``[N, ...]`` tensors or a :class:`~octopus.RaggedBatch`
 (samples of different resolutions or frame counts).
 
 A timestep < 0 leaves its sample unchanged, so samples that have finished, or have not
