@@ -8,10 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from octopus.bench.contention import report
-from octopus.bench.contention.cli import run_workload
+from octopus.bench.contention.cli import main, run_workload
 from octopus.bench.contention.modes import SWEEP, modes
 from octopus.bench.contention.workloads import FAMILIES
 
@@ -158,3 +159,28 @@ def test_the_command_on_the_cpu(tmp_path):
     assert python_own["switch_interval_s"] == 5e-3 and short["switch_interval_s"] == 2e-4
     # Beside a thread running Python, a waking thread waits for the switch interval.
     assert python_own["late_p50_ms"] > 2.0 and short["late_p50_ms"] < python_own["late_p50_ms"]
+
+
+def test_interference_runs_each_be_job_alone_behind_each_partition():
+    args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
+                              only=["no mode has this name"], interference=[0, 4])
+    result = run_workload("mlp", torch.device("cpu"), args)
+    assert [m["name"] for m in result["modes"]] == ["LC alone", "BE alone"]
+    assert set(result["interference"]) == {"matmul", "ragged"}
+    for job, rows in result["interference"].items():
+        assert [r["name"] for r in rows] == ["BE alone", "partition 0", "partition 4"]
+        for r in rows:
+            assert "error" not in r, r.get("error")
+            assert r["be_only"] == job and set(r["be_per_s"]) == {job}  # the other BE job did not run
+        for r in rows[1:]:
+            assert r["options"]["reserved_sms"] == int(r["name"].split()[-1])
+            assert set(r["lc"]) == {"mlp", "ragged"}  # against the workload's own LC alone row
+            for name, j in r["lc"].items():
+                assert j["p99_over_alone_p99"] == pytest.approx(j["p99_ms"] / result["lc_alone"][name]["p99_ms"])
+            assert set(r["be_share"]) == {job} and r["be_share"][job] > 0
+    assert "partition 4" in report.format_table(result["interference"]["ragged"])
+
+
+def test_interference_refuses_negative_sm_counts():
+    with pytest.raises(SystemExit):
+        main(["--interference", "-8"])

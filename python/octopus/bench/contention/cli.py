@@ -16,9 +16,9 @@ import octopus
 from ..costs import batcher_overhead, checkpoint_cost, gil_wakeup, lease_overhead
 from ..report import environment
 from . import report
-from .modes import TARGET_RATIOS, modes
+from .modes import TARGET_RATIOS, interference_modes, modes
 from .runner import Runner
-from .workloads import FAMILIES
+from .workloads import FAMILIES, BEJob, LCJob
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
                         "the table then says in how many runs each mode met each target)")
     p.add_argument("--error-budgets", type=float, nargs="+", default=None, metavar="N",
                    help="run the controller modes once per SchedulerConfig.latency_error_budget given (an A/B)")
+    p.add_argument("--interference", type=int, nargs="+", default=None, metavar="SMS",
+                   help="also run each BE job on its own beside the LC jobs, behind fixed partitions keeping "
+                        "these many SMs free of BE work (0: none): which BE jobs a partition protects LC from")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -71,8 +74,33 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
             summary = report.summarize(rows)
             print(f"[{name}] " + report.format_table([row], summary["oracle"]), flush=True)
     summary = report.summarize(rows)
-    return dict(workload=name, lc_jobs={j.name: dict(period_ms=j.period_s * 1e3, graph=j.graph) for j in lc_jobs},
-                be_jobs={j.name: dict(units=j.units, unit=j.unit) for j in be_jobs}, modes=rows, **summary)
+    result = dict(workload=name, lc_jobs={j.name: dict(period_ms=j.period_s * 1e3, graph=j.graph) for j in lc_jobs},
+                  be_jobs={j.name: dict(units=j.units, unit=j.unit) for j in be_jobs}, modes=rows, **summary)
+    free_sms = getattr(args, "interference", None)
+    lc_alone = next((r for r in rows if r["name"] == "LC alone" and "lc_ms" in r), None)
+    if free_sms and lc_alone is not None:
+        result["interference"] = {job.name: run_interference(name, lc_jobs, job, lc_alone, free_sms, device, args)
+                                  for job in be_jobs}
+    return result
+
+
+def run_interference(workload: str, lc_jobs: List[LCJob], job: BEJob, lc_alone: Dict[str, Any], free_sms: List[int],
+                     device: torch.device, args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """One BE job on its own beside the LC jobs: its alone throughput, then one row per
+    partition of ``interference_modes(free_sms)``, each LC job against its alone latency (the
+    workload's "LC alone" row) and the BE job against its own alone throughput."""
+    runner = Runner(lc_jobs, [job], device, args.warmup, args.measure, args.controller_warmup)
+    rows: List[Dict[str, Any]] = [lc_alone]
+    for mode in [m for m in modes(sweep=False) if m.name == "BE alone"] + interference_modes(free_sms):
+        try:
+            row = runner.run(mode)
+        except Exception as error:  # noqa: BLE001 (recorded: the other partitions still run)
+            row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
+        rows.append(dict(row, be_only=job.name))
+    report.summarize(rows)
+    for row in rows[2:]:
+        print(f"[{workload}, {job.name} only] " + report.format_table([row]), flush=True)
+    return rows[1:]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -80,6 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.warmup < 0 or args.measure <= 0 or args.scale <= 0 or args.controller_warmup < 0 or args.repeats < 1:
         parser().error("--warmup, --controller-warmup must be non-negative, --measure and --scale positive, "
                        "--repeats at least 1")
+    if args.interference and min(args.interference) < 0:
+        parser().error(f"--interference: SM counts must be non-negative, got {args.interference}")
     has_cuda = torch.cuda.is_available() and octopus.built_with_cuda
     device = torch.device("cuda" if has_cuda else "cpu")
     overhead = [lease_overhead("simulated")]
@@ -110,6 +140,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(report.format_table(w["modes"], w["oracle"]))
         if args.repeats > 1:
             print(report.format_repeats(w["modes"]))
+        for job, rows in w.get("interference", {}).items():
+            print(f"{w['workload']}, {job} the only BE job:")
+            print(report.format_table(rows))
     for o in overhead:
         print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us")
     for c in checkpoints:

@@ -43,6 +43,16 @@ SWEEP = [
 TARGET_RATIOS = (1.5, 3.0)
 
 
+def interference_modes(free_sms: Sequence[int]) -> List[Mode]:
+    """Fixed SM partitions (BE on the rest, no slicing, no throttling), one per count of SMs
+    kept free of BE work: run with one BE job at a time, they show which BE jobs a partition
+    protects the LC jobs from (compute-bound ones) and which it cannot (a memory-bound job
+    fills DRAM's bandwidth from a few SMs)."""
+    return [Mode(f"partition {sms}", "lease", "lease", kind="interference",
+                 options=dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=0, throttle="off"))
+            for sms in free_sms]
+
+
 def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None) -> List[Mode]:
     """Every mode of one workload, in the order they run; with ``error_budgets``, the
     controller at each target once per ``latency_error_budget`` (an A/B of the controller)."""

@@ -1,0 +1,125 @@
+"""Where a latency-critical (LC) job's time goes under contention.
+
+An experiment (not part of octopus-bench), on the contention benchmark's workloads and
+runner: every LC job is timed as the benchmark times it (from its scheduled arrival to its
+completion, the host's start delay apart) and, besides, in three parts: the launch (the host
+queuing the job's work; a lease's acquire is not in it), the device span (a CUDA event recorded
+before the job's work to one recorded after it: its kernels, and their waits for SMs and
+memory) and the wait (the launch returned until the thread sees the work done: what is left
+of the device span, then the wake-up). A device span that grows
+with BE work behind an SM partition is interference the partition does not remove.
+
+    python benchmarks/lc_decompose.py --json OUT.json            # measure (CUDA)
+    python benchmarks/lc_decompose.py --report OUT.json          # print a run's table again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+from octopus._timing import percentile
+from octopus.bench.contention.modes import modes
+from octopus.bench.contention.runner import Runner
+from octopus.bench.contention.workloads import FAMILIES
+
+MODES = ["LC alone", "priority streams", "fixed: partition 8", "fixed: partition 16"]
+# (raw JSON key, label): the job's total and its parts ("wake" holds the wait).
+PARTS = (("total", "total"), ("start", "start"), ("launch", "launch"), ("device", "device"), ("wake", "wait"))
+
+
+class DecomposingRunner(Runner):
+    """The benchmark's runner with every LC job's launch, device span and wait recorded
+    (seconds) in ``parts[job name]``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parts: Dict[str, List[Tuple[float, float, float]]] = {}
+
+    def _lc_launcher(self, job: Any, mode: Any, sched: Any) -> Callable[[], None]:
+        began, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        body = self._body(job, high=mode.lc in ("high", "lease"))
+        out = self.parts.setdefault(job.name, [])
+
+        def run_on(stream: torch.cuda.Stream) -> None:
+            t0 = time.perf_counter()
+            with torch.cuda.stream(stream):
+                began.record()
+                body()
+                done.record()
+            t1 = time.perf_counter()
+            done.synchronize()
+            out.append((t1 - t0, began.elapsed_time(done) * 1e-3, time.perf_counter() - t1))
+
+        if mode.lc == "lease":
+            def leased() -> None:
+                with sched.acquire(job.name, priority="high") as lease:
+                    run_on(lease.stream)
+            return leased
+        stream = torch.cuda.Stream(self.device, priority=-1 if mode.lc == "high" else 0)
+        return lambda: run_on(stream)
+
+
+def measure(measure_s: float) -> List[Dict[str, Any]]:
+    by_name = {m.name: m for m in modes(sweep=True)}
+    device = torch.device("cuda")
+    rows = []
+    for workload in ("mlp", "convnet"):
+        lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
+        runner = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, measure_s, 8.0)
+        for name in MODES:
+            runner.parts.clear()
+            row = runner.run(by_name[name])
+            for job, parts in runner.parts.items():
+                n = len(row["lc_ms"][job])  # the measured window's jobs: the last n
+                launch, span, wake = zip(*parts[-n:]) if n else ((), (), ())
+                rows.append(dict(workload=workload, mode=name, job=job, clock=row["sm_clock_mhz"],
+                                 total=row["lc_ms"][job], start=row["lc_start_ms"][job],
+                                 launch=[1e3 * v for v in launch], device=[1e3 * v for v in span],
+                                 wake=[1e3 * v for v in wake]))
+            print(report([r for r in rows if r["workload"] == workload and r["mode"] == name]), flush=True)
+    return rows
+
+
+def report(rows: List[Dict[str, Any]]) -> str:
+    """One line per workload and mode: per LC job, p50 / p99 (ms, nearest rank) of its total
+    latency and of each part."""
+    lines: Dict[Tuple[str, str], str] = {}
+    for r in rows:
+        key = (r["workload"], r["mode"])
+        line = lines.get(key, f"{r['workload']:7s} {r['mode']:22s} clk {r['clock']:.0f}")
+        parts = " ".join(f"{label} {percentile(r[key], 50):.2f}/{percentile(r[key], 99):.2f}"
+                         for key, label in PARTS if r[key])
+        lines[key] = line + f" | {r['job']} {parts}"
+    return "\n".join(lines.values())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", help="write the raw measurements here")
+    p.add_argument("--report", metavar="JSON", help="print the table of a run's raw measurements, measure nothing")
+    p.add_argument("--measure", type=float, default=2.5, help="seconds each mode is measured")
+    args = p.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            print(report(json.load(f)))
+        return 0
+    if not torch.cuda.is_available():
+        print("lc_decompose.py needs a CUDA device", file=sys.stderr)
+        return 1
+    torch.backends.cuda.matmul.allow_tf32 = True
+    sys.setswitchinterval(2e-4)
+    rows = measure(args.measure)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
