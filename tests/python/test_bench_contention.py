@@ -174,7 +174,9 @@ def test_interference_runs_each_be_job_alone_behind_each_partition():
             assert r["be_only"] == job and set(r["be_per_s"]) == {job}  # the other BE job did not run
         for r in rows[1:]:
             assert r["options"]["reserved_sms"] == int(r["name"].split()[-1])
-            assert set(r["lc"]) == {"mlp", "ragged"}  # against the workload's own LC alone row
+            # Against the workload's own LC alone row (on the CPU, an LC job that shares the cores
+            # with a BE job may have no job in the window).
+            assert r["lc"] and set(r["lc"]) <= {"mlp", "ragged"}
             for name, j in r["lc"].items():
                 assert j["p99_over_alone_p99"] == pytest.approx(j["p99_ms"] / result["lc_alone"][name]["p99_ms"])
             assert set(r["be_share"]) == {job} and r["be_share"][job] > 0
