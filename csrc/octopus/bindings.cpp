@@ -64,15 +64,20 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
 
 py::object optional_number(const std::optional<double>& value) { return value ? py::cast(*value) : py::none(); }
 
+// A control step's knobs, into `out`.
+void put_step(py::dict& out, const sched::ControlStep& step) {
+  out["slice_budget_s"] = step.slice_budget_s;
+  out["in_flight"] = step.in_flight;
+  out["reserved_sms"] = step.reserved_sms;
+  out["throttle"] = sched::throttle_mode_name(step.throttle);
+}
+
 py::dict control_dict(const sched::ControlStats& c) {
   py::dict out;
   out["enabled"] = c.enabled;
   out["step"] = c.step;
   out["steps"] = c.steps;
-  out["slice_budget_s"] = c.settings.slice_budget_s;
-  out["in_flight"] = c.settings.in_flight;
-  out["reserved_sms"] = c.settings.reserved_sms;
-  out["throttle"] = sched::throttle_mode_name(c.settings.throttle);
+  put_step(out, c.settings);
   out["probing"] = c.probing;
   out["climbs"] = c.climbs;
   out["median_climbs"] = c.median_climbs;
@@ -112,6 +117,19 @@ py::dict control_dict(const sched::ControlStats& c) {
     kinds[py::str(k.kind)] = kd;
   }
   out["kinds"] = kinds;
+  py::dict released;
+  put_step(released, c.released_settings);
+  out["released_settings"] = released;
+  py::dict best_effort;
+  for (const sched::BestEffortControl& b : c.best_effort) {
+    py::dict bd;
+    bd["released"] = b.released;
+    bd["on_trial"] = b.on_trial;
+    bd["trials"] = b.trials;
+    bd["failures"] = b.failures;
+    best_effort[py::str(b.kind)] = bd;
+  }
+  out["best_effort_kinds"] = best_effort;
   return out;
 }
 
@@ -293,7 +311,7 @@ void bind_scheduler(py::module_& m) {
       .def("set_seconds_per_unit", &sched::StreamScheduler::set_seconds_per_unit, py::arg("kind"), py::arg("seconds"))
       .def("adapt_concurrency", &sched::StreamScheduler::adapt_concurrency, py::call_guard<py::gil_scoped_release>())
       .def("set_target", &sched::StreamScheduler::set_target, py::arg("kind"), py::arg("p99_s"), py::arg("ratio"))
-      .def("slice_budget_s", &sched::StreamScheduler::slice_budget_s, py::arg("device"))
+      .def("slice_budget_s", &sched::StreamScheduler::slice_budget_s, py::arg("device"), py::arg("kind") = "")
       .def("take_reports", &sched::StreamScheduler::take_reports)
       .def_property_readonly("has_reports", &sched::StreamScheduler::has_reports)
       .def_property_readonly("config", [](const sched::StreamScheduler& s) { return s.config(); })

@@ -153,6 +153,36 @@ TEST(LatencyControl, AnAbsoluteTargetIsHeldAndSlicesFollowTheStep) {
   EXPECT_LT(*d.scheduler->slice_budget_s(0), *budget_at_start) << "slices are shorter higher up the ladder";
 }
 
+TEST(LatencyControl, AReleasedBestEffortKindRunsAtTheCeilingsSettings) {
+  // The LC job takes 20 ms while BE work runs in whole units (the steps that only keep SMs
+  // free) and 1 ms once it is sliced; its target is 10 ms (room for a loaded host's noise).
+  // Above the ceiling with the LC kind within its target, the controller tries releasing the
+  // one BE kind; the LC jobs here do not mind (their time follows the controller's step only),
+  // so the try holds, and that kind's slices, in-flight bound and partition are the ceiling
+  // step's while the step stays where it is.
+  Device d;
+  d.scheduler->set_target("lc", 10e-3, std::nullopt);
+  bool released = false;
+  const auto until = Clock::now() + 60s;
+  while (!released && Clock::now() < until) {
+    {
+      Lease l = d.scheduler->acquire(lc());
+      hold_for(control(*d.scheduler).settings.slice_budget_s >= kWholeSliceS ? 20000us : 1000us);
+    }
+    std::this_thread::sleep_for(200us);
+    for (const BestEffortControl& b : control(*d.scheduler).best_effort) released |= b.kind == "be" && b.released;
+  }
+  ASSERT_TRUE(released);
+  const ControlStats& c = control(*d.scheduler);
+  EXPECT_GE(c.step, 1);
+  EXPECT_GE(c.released_settings.slice_budget_s, kWholeSliceS);
+  EXPECT_EQ(c.released_settings.throttle, ThrottleMode::Off);
+  ASSERT_TRUE(d.scheduler->slice_budget_s(0, "be").has_value());
+  EXPECT_EQ(*d.scheduler->slice_budget_s(0, "be"), c.released_settings.slice_budget_s);
+  EXPECT_LT(*d.scheduler->slice_budget_s(0, "another kind"), kWholeSliceS) << "the others stay held";
+  EXPECT_GT(d.slices.load(), 100);
+}
+
 TEST(LatencyControl, AnInfeasibleTargetIsReportedOnce) {
   Device d;
   d.scheduler->set_target("lc", 100e-6, std::nullopt);  // the job alone takes 400 us

@@ -410,6 +410,147 @@ TEST(LatencyController, EveryKindMustMeetItsTarget) {
   EXPECT_EQ(c.step(), 4);
 }
 
+// Two best-effort kinds beside one LC kind, on the default ladder of a 132-SM device (steps
+// 0-4 only keep SMs free: the ceiling is 4). "gemm" (compute-bound) slows the LC kind at step 0
+// only: any partition protects it. "stream" (memory-bound) slows it behind every partition and
+// less only as it is held in time (steps 5-8). The LC latency adds up both kinds' harm, each
+// at its own step: a released kind runs at min(step, ceiling).
+struct TwoBestEffortKinds {
+  std::vector<double> gemm{3.0, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1};
+  std::vector<double> stream{2.5, 2.5, 2.5, 2.5, 2.5, 2.0, 1.6, 1.3, 1.2};
+  std::mt19937 rng{11};
+  std::uniform_real_distribution<double> noise{0.95, 1.05};
+  double now = 0.0;
+
+  double harm(const LatencyController& c, const std::string& kind, const std::vector<double>& slowdown) const {
+    const int step = c.released(kind) ? std::min(c.step(), c.ceiling()) : c.step();
+    return slowdown[static_cast<std::size_t>(step)] - 1.0;
+  }
+  void run(LatencyController& c, int n) {
+    for (int i = 0; i < n; ++i) {
+      now += kPeriod;
+      c.note_best_effort("gemm", now);
+      c.note_best_effort("stream", now);
+      const bool probe = c.probing();
+      const double slowdown = probe ? 1.0 : 1.0 + harm(c, "gemm", gemm) + harm(c, "stream", stream);
+      c.observe("lc", kAlone * slowdown * noise(rng), probe, now);
+    }
+  }
+  BestEffortControl kind(const LatencyController& c, const std::string& name) const {
+    for (const BestEffortControl& b : c.best_effort_kinds()) {
+      if (b.kind == name) return b;
+    }
+    return BestEffortControl{};
+  }
+};
+
+TEST(LatencyController, ReleasesTheBestEffortKindsAPartitionProtectsFromAndHoldsTheOthers) {
+  // Target ~1.575 ms: step 7 (1 + 0.1 + 0.3 = 1.4 ms) is the first that meets it for both kinds
+  // held alike. Released to the ceiling, gemm still costs 0.1: its try holds. Stream's costs
+  // 1.5 there: its try is undone within a few jobs, with no climb, and waits longer each time.
+  const ControllerOptions options;
+  TwoBestEffortKinds device;
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  ASSERT_EQ(c.ceiling(), 4);
+  device.run(c, 3000);
+  EXPECT_EQ(c.step(), 7);
+  device.run(c, 30000);  // 60 s
+  EXPECT_EQ(c.step(), 7);
+  EXPECT_TRUE(c.released("gemm"));
+  EXPECT_FALSE(c.released("stream"));
+  const BestEffortControl gemm = device.kind(c, "gemm"), stream = device.kind(c, "stream");
+  EXPECT_EQ(gemm.trials, 1);
+  EXPECT_EQ(gemm.failures, 0);
+  // Tries of stream after 8, 16, 32 s ... of waiting (release_wait_s doubling): few in 60 s.
+  EXPECT_GE(stream.failures, 1);
+  EXPECT_LE(stream.failures, 4);
+  EXPECT_EQ(stream.trials, stream.failures + (stream.on_trial ? 1 : 0));
+  // A released kind runs at the ceiling's settings: every SM but the partition's, whole units.
+  EXPECT_EQ(c.released_settings().reserved_sms, c.ladder()[4].reserved_sms);
+  EXPECT_EQ(c.released_settings().throttle, ThrottleMode::Off);
+  EXPECT_GE(c.released_settings().slice_budget_s, kWholeSliceS);
+  const KindControl k = c.kinds().front();
+  EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
+}
+
+TEST(LatencyController, ReleasesNothingAtOrBelowTheCeiling) {
+  // Only gemm: step 1 (a partition) meets the target, and nothing is ever tried.
+  const ControllerOptions options;
+  TwoBestEffortKinds device;
+  device.stream.assign(9, 1.0);
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  device.run(c, 20000);
+  EXPECT_LE(c.step(), c.ceiling());
+  for (const BestEffortControl& b : c.best_effort_kinds()) {
+    EXPECT_EQ(b.trials, 0) << b.kind;
+    EXPECT_FALSE(b.released) << b.kind;
+  }
+  EXPECT_EQ(c.released_settings().reserved_sms, c.settings().reserved_sms) << "the same settings as every kind";
+}
+
+TEST(LatencyController, AReleasedKindThatTurnsHarmfulIsHeldAgainAtTheTop) {
+  const ControllerOptions options;
+  TwoBestEffortKinds device;
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  device.run(c, 6000);
+  ASSERT_TRUE(c.released("gemm"));
+  // gemm's work changes: now it slows the LC kind behind any partition too. Climbing cannot
+  // help while it is released; at the top step the controller holds it again.
+  device.gemm = {3.0, 2.0, 2.0, 2.0, 2.0, 1.5, 1.3, 1.1, 1.05};
+  device.run(c, 2000);
+  EXPECT_FALSE(c.released("gemm"));
+  EXPECT_GE(device.kind(c, "gemm").failures, 1);
+  device.run(c, 5000);
+  const KindControl k = c.kinds().front();
+  EXPECT_LE(*k.recent_p99_s, *k.target_s);
+}
+
+TEST(LatencyController, WithEveryKindReleasedASpentBudgetHoldsOneAgainInsteadOfClimbing) {
+  // No steps down (they would leave the steps above the ceiling once both kinds are harmless
+  // there, and releases with them): a controller kept above the ceiling with both kinds released.
+  ControllerOptions options;
+  options.slack = 0.0;
+  options.explore_samples = 1u << 30;
+  TwoBestEffortKinds device;
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  device.run(c, 6000);
+  ASSERT_TRUE(c.released("gemm"));
+  ASSERT_EQ(c.step(), 7);
+  // stream's work becomes harmless to the LC kind behind a partition: its next try holds.
+  device.stream = device.gemm;
+  const auto kept = [&] { return c.released("stream") && !device.kind(c, "stream").on_trial; };
+  for (int i = 0; i < 100000 && !kept(); ++i) device.run(c, 1);
+  ASSERT_TRUE(kept());
+  ASSERT_EQ(c.step(), 7);
+  // Right then gemm's turns harmful behind a partition: a climb would hold nothing back (both
+  // are released), so the first spent budget holds the latest released kind again instead.
+  device.gemm = {3.0, 2.0, 2.0, 2.0, 2.0, 1.5, 1.3, 1.1, 1.05};
+  const int64_t climbs = c.climbs();
+  for (int i = 0; i < 100 && c.released("stream") && c.climbs() == climbs; ++i) device.run(c, 1);
+  EXPECT_FALSE(c.released("stream"));
+  EXPECT_EQ(c.climbs(), climbs);
+  // gemm is still released and still harmful: in the end it is held again too.
+  device.run(c, 3000);
+  EXPECT_FALSE(c.released("gemm"));
+  EXPECT_LE(*c.kinds().front().recent_p99_s, *c.kinds().front().target_s);
+}
+
+TEST(LatencyController, ATryEndsWhenLatencyCriticalWorkStops) {
+  const ControllerOptions options;
+  TwoBestEffortKinds device;
+  device.gemm = device.stream;  // both harmful: every try fails, but one is under way at times
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  for (int i = 0; i < 40000 && !(device.kind(c, "gemm").on_trial || device.kind(c, "stream").on_trial); ++i) {
+    device.run(c, 1);
+  }
+  ASSERT_TRUE(device.kind(c, "gemm").on_trial || device.kind(c, "stream").on_trial);
+  c.tick(device.now + options.idle_s * 1.01);
+  for (const BestEffortControl& b : c.best_effort_kinds()) {
+    EXPECT_FALSE(b.on_trial) << b.kind;
+    EXPECT_FALSE(b.released) << b.kind;
+  }
+}
+
 TEST(DefaultLadder, GoesFromPermissiveToProtectiveAndUsesTheReservesOffered) {
   const std::vector<ControlStep> ladder = default_ladder(132, {8, 16, 24, 32});
   ASSERT_GE(ladder.size(), 6u);

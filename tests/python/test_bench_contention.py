@@ -85,6 +85,13 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     # What each step with 20 jobs or more bought each kind with an alone latency.
     assert lines[3] == "    by step, p50/p99 over alone (jobs): a s0 1.50/2.50 (300), s2 1.20/1.50 (900)"
     assert "step" not in report.format_table(rows[:2])
+    # The BE kinds it tried releasing: which it kept released, its tries and how many were undone.
+    rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=True, trials=1, failures=0),
+                                                   y=dict(released=False, trials=3, failures=3))
+    assert report.format_table(rows).splitlines()[2].endswith(
+        "descents 1 | released x (tries/undone: x 1/0, y 3/3)")
+    rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=False, trials=0, failures=0))
+    assert report.format_table(rows).splitlines()[2].endswith("descents 1")
 
 
 def test_repeated_runs_say_how_often_each_mode_met_each_target():

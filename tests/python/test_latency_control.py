@@ -24,6 +24,19 @@ def simulated(**options):
     return octopus.StreamScheduler(backend="simulated", **options)
 
 
+def best_effort_holder(sched, stop):
+    """A started thread holding one best-effort lease of kind "be", checkpointing until ``stop``."""
+    def hold():
+        with sched.acquire("be", best_effort=True) as lease:
+            while not stop.is_set():
+                lease.checkpoint(1)
+                time.sleep(1e-4)
+
+    worker = threading.Thread(target=hold)
+    worker.start()
+    return worker
+
+
 def busy(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -110,15 +123,7 @@ def test_stats_show_the_controller():
 def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
     sched = simulated()
     stop = threading.Event()
-
-    def best_effort():
-        with sched.acquire("be", best_effort=True) as lease:
-            while not stop.is_set():
-                lease.checkpoint(1)
-                time.sleep(1e-4)
-
-    worker = threading.Thread(target=best_effort)
-    worker.start()
+    worker = best_effort_holder(sched, stop)
     try:
         for _ in range(100):
             with sched.acquire("lc", priority="high"):
@@ -148,6 +153,36 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
     held = [at for at in steps if at["jobs"]]
     assert held and all(3e-4 <= at["p50_s"] <= at["p99_s"] and at["over"] <= at["jobs"] for at in held)
     assert all(at["p50_s"] is None for at in steps if not at["jobs"])
+
+
+def test_a_best_effort_kind_the_latency_critical_work_does_not_mind_is_released():
+    # The LC job takes 20 ms while best-effort work runs in whole units (the steps that only keep
+    # SMs free) and 1 ms once it is sliced: the controller climbs past those steps for its 10 ms
+    # target (room for a loaded host's noise), then tries releasing the one best-effort kind (the last partition step's settings
+    # for it alone). The job's time follows the controller's step only, so the try holds and
+    # stats() says so; the kind's slices are then whole units while any other kind's stay short.
+    sched = simulated()
+    sched.set_target("lc", 10.0)
+    stop = threading.Event()
+    worker = best_effort_holder(sched, stop)
+    released = False
+    try:
+        deadline = time.time() + 60
+        while not released and time.time() < deadline:
+            control = sched.stats()["devices"][0]["control"]
+            with sched.acquire("lc", priority="high"):
+                busy(20e-3 if control["slice_budget_s"] >= 0.02 else 1e-3)
+            time.sleep(2e-4)
+            released = control["best_effort_kinds"].get("be", {}).get("released", False)
+    finally:
+        stop.set()
+        worker.join()
+    assert released
+    control = sched.stats()["devices"][0]["control"]
+    assert control["slice_budget_s"] < 0.02 and control["best_effort_kinds"]["be"]["trials"] >= 1
+    assert control["released_settings"]["throttle"] == "off"
+    assert sched.slice_budget(kind="be") == control["released_settings"]["slice_budget_s"] >= 0.02
+    assert sched.slice_budget(kind="another") == control["slice_budget_s"] < 0.02
 
 
 def test_set_target_checks_its_arguments():

@@ -83,15 +83,24 @@ void State::apply_control(DeviceState& d, Clock::time_point now) {
   step.throttle = ThrottleMode::Held;
   step.in_flight = 2;
   step.reserved_sms = 0;
-  if (d.controller) step = d.controller->settings();
-  if (config.throttle) step.throttle = *config.throttle;
-  if (config.best_effort_in_flight) step.in_flight = *config.best_effort_in_flight;
-  if (config.reserved_sms) step.reserved_sms = d.reserves.empty() ? 0 : d.reserves.front();
+  ControlStep released = step;
+  if (d.controller) {
+    step = d.controller->settings();
+    released = d.controller->released_settings();
+  }
+  for (ControlStep* s : {&step, &released}) {  // the pinned knobs hold for every kind
+    if (config.throttle) s->throttle = *config.throttle;
+    if (config.best_effort_in_flight) s->in_flight = *config.best_effort_in_flight;
+    if (config.reserved_sms) s->reserved_sms = d.reserves.empty() ? 0 : d.reserves.front();
+  }
+  const auto differs = [](const ControlStep& a, const ControlStep& b) {
+    return a.slice_budget_s != b.slice_budget_s || a.in_flight != b.in_flight || a.reserved_sms != b.reserved_sms ||
+           a.throttle != b.throttle;
+  };
   const bool probing = d.controller && d.controller->probing();
-  const bool changed = step.slice_budget_s != d.control.slice_budget_s || step.in_flight != d.control.in_flight ||
-                       step.reserved_sms != d.control.reserved_sms || step.throttle != d.control.throttle ||
-                       probing != d.probing;
+  const bool changed = differs(step, d.control) || differs(released, d.released_control) || probing != d.probing;
   d.control = step;
+  d.released_control = released;
   d.probing = probing;
   if (!changed) return;
   throttle_changed.notify_all();  // paused holders look again

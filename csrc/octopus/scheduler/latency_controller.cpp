@@ -73,6 +73,10 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
 LatencyController::LatencyController(ControllerOptions options, std::vector<ControlStep> ladder)
     : options_(options), ladder_(std::move(ladder)), backoff_(ladder_.size(), 0), step_seconds_(ladder_.size(), 0.0) {
   if (ladder_.empty()) throw std::invalid_argument("octopus latency controller: the ladder has no step");
+  for (std::size_t i = 0; i < ladder_.size(); ++i) {
+    if (ladder_[i].throttle != ThrottleMode::Off || ladder_[i].slice_budget_s < kWholeSliceS) break;
+    ceiling_ = static_cast<int>(i);
+  }
 }
 
 LatencyController::Kind& LatencyController::kind(const std::string& name) {
@@ -137,6 +141,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   k.recent.add(latency_s);
   k.samples += 1;
   samples_at_step_ += 1;
+  if (!trial_.empty()) trial_samples_ += 1;
   const std::optional<double> target = target_s(k);
   if (!alone) {
     Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
@@ -167,16 +172,21 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
-      climb(severe ? 2 : 1, now_s);
+      if (!undo_release(now_s)) climb(severe ? 2 : 1, now_s);
     } else if (median_over) {
-      if (climb(1, now_s)) median_climbs_ += 1;
+      if (!undo_release(now_s) && climb(1, now_s)) median_climbs_ += 1;
     }
   }
   update_probe(now_s);
   maybe_descend(now_s);
+  maybe_release(now_s);
 }
 
 void LatencyController::tick(double now_s) {
+  if (started_ && !trial_.empty() && now_s - last_sample_s_ > options_.idle_s) {
+    best_effort_[trial_].released = false;  // LC work stopped: the try proved nothing
+    trial_.clear();
+  }
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
     move_to(0, now_s);
     step_since_s_ = now_s;
@@ -203,6 +213,11 @@ bool LatencyController::climb(int steps, double now_s) {
                                                         static_cast<int>(std::log2(options_.max_backoff)));
     last_descent_to_ = -1;
   }
+  refill(now_s);
+  return true;
+}
+
+void LatencyController::refill(double now_s) {
   step_since_s_ = now_s;
   samples_at_step_ = 0;
   settle_left_ = options_.settle_samples;
@@ -210,7 +225,94 @@ bool LatencyController::climb(int steps, double now_s) {
     k.budget = options_.budget_cap;
     k.recent.clear();
   }
+}
+
+void LatencyController::note_best_effort(const std::string& name, double now_s) {
+  best_effort_[name].last_s = now_s;
+}
+
+bool LatencyController::released(const std::string& name) const {
+  const auto it = best_effort_.find(name);
+  return ceiling_ >= 0 && it != best_effort_.end() && it->second.released;
+}
+
+const ControlStep& LatencyController::released_settings() const {
+  return ladder_[static_cast<std::size_t>(std::min(step_, std::max(ceiling_, 0)))];
+}
+
+bool LatencyController::settled_within_targets(double now_s) const {
+  if (samples_at_step_ < options_.loosen_samples || now_s - step_since_s_ < options_.loosen_s) return false;
+  bool any = false;
+  for (const auto& [name, k] : kinds_) {
+    if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
+    const std::optional<double> target = target_s(k);
+    const std::optional<double> p99 = k.recent.quantile(0.99);
+    if (!target || !p99 || *p99 > *target || k.budget < options_.loosen_budget) return false;
+    any = true;
+  }
+  return any;
+}
+
+void LatencyController::maybe_release(double now_s) {
+  if (ceiling_ < 0 || probing_) return;
+  if (!trial_.empty()) {
+    if (now_s - trial_since_s_ >= options_.release_trial_s && trial_samples_ >= options_.release_trial_samples) {
+      BestEffortKind& b = best_effort_[trial_];  // the try held: the kind stays released
+      b.doublings = std::max(0, b.doublings - 1);
+      releases_.push_back(trial_);
+      trial_.clear();
+    }
+    return;
+  }
+  if (step_ <= ceiling_ || settle_left_ > 0 || !settled_within_targets(now_s)) return;
+  std::string pick;
+  for (const auto& [name, b] : best_effort_) {
+    if (b.released || now_s - b.last_s > options_.idle_s || b.next_try_s > now_s) continue;
+    if (pick.empty() || b.next_try_s < best_effort_[pick].next_try_s) pick = name;
+  }
+  if (pick.empty()) return;
+  BestEffortKind& b = best_effort_[pick];
+  b.released = true;
+  b.trials += 1;
+  trial_ = pick;
+  trial_since_s_ = now_s;
+  trial_samples_ = 0;
+}
+
+bool LatencyController::holds_any(double now_s) const {
+  for (const auto& [name, b] : best_effort_) {
+    if (!b.released && now_s - b.last_s <= options_.idle_s) return true;
+  }
+  return false;
+}
+
+bool LatencyController::undo_release(double now_s) {
+  std::string name;
+  if (!trial_.empty()) {
+    name = trial_;
+    trial_.clear();
+  } else if (!releases_.empty() && (step_ == static_cast<int>(ladder_.size()) - 1 ||
+                                     (step_ >= ceiling_ && !holds_any(now_s)))) {
+    name = releases_.back();  // a climb would hold back nothing that runs: the latest release may be it
+    releases_.pop_back();
+  } else {
+    return false;
+  }
+  BestEffortKind& b = best_effort_[name];
+  b.released = false;
+  b.failures += 1;
+  b.doublings = std::min(b.doublings + 1, options_.max_release_doublings);
+  b.next_try_s = now_s + options_.release_wait_s * static_cast<double>(1 << b.doublings);
+  refill(now_s);
   return true;
+}
+
+std::vector<BestEffortControl> LatencyController::best_effort_kinds() const {
+  std::vector<BestEffortControl> out;
+  for (const auto& [name, b] : best_effort_) {
+    out.push_back(BestEffortControl{name, b.released, name == trial_, b.trials, b.failures});
+  }
+  return out;
 }
 
 void LatencyController::check_infeasible(const std::string& name, Kind& k, double target) {
@@ -253,7 +355,7 @@ void LatencyController::note_median(const std::string& name, Kind& k, bool unhel
 }
 
 void LatencyController::maybe_descend(double now_s) {
-  if (step_ == 0 || settle_left_ > 0) return;
+  if (step_ == 0 || settle_left_ > 0 || !trial_.empty()) return;
   // A step down that held for undo_s was right: its wait shrinks again.
   if (last_descent_to_ == step_ && now_s - last_descent_s_ >= options_.undo_s) {
     int& b = backoff_[static_cast<std::size_t>(step_)];

@@ -14,6 +14,17 @@
 // paused and drained for a short window, at most one per probe_interval_s), then for
 // rarer ones until its alone p99 rests on more samples.
 //
+// Best-effort kinds are held alike, except one kind at a time may be *released*: the steps
+// above the last that only keeps SMs free (the partition ceiling) hold best-effort work in
+// time (slices, pausing), which is what memory-bound BE work needs and compute-bound BE work
+// does not (a partition protects latency-critical kernels from the latter: benchmarks/
+// README.md#contention). Above the ceiling, once the LC kinds are within their targets, the
+// controller tries one unreleased BE kind at the ceiling's settings instead; a try that
+// spends an error budget is undone at once (no climb), and that kind waits longer before its
+// next try (doubling); one that holds for release_trial_s keeps the kind released. A spent
+// budget where a climb would hold back nothing more of what runs (at the top step, or every
+// active BE kind released) holds the latest released kind again instead.
+//
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
 // passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
 // decides.
@@ -124,6 +135,13 @@ struct ControllerOptions {
   // A kind whose p99 stays over its target at the top step for infeasible_samples samples
   // is reported infeasible.
   std::size_t infeasible_samples = 200;
+  // Releasing BE kinds (above): a try lasts release_trial_s and release_trial_samples LC
+  // samples; a failed one makes that kind wait release_wait_s x 2^failures (at most
+  // max_release_doublings doublings) before its next. A kind seen within idle_s is active.
+  double release_trial_s = 2.0;
+  std::size_t release_trial_samples = 200;
+  double release_wait_s = 4.0;
+  int max_release_doublings = 6;
 };
 
 // One kind's latencies while the controller held one step (BE work present; probes left out):
@@ -153,6 +171,15 @@ struct KindControl {
   std::vector<StepLatency> steps;   // per step of the ladder
 };
 
+// What the controller knows of one best-effort kind, for stats.
+struct BestEffortControl {
+  std::string kind;
+  bool released = false;   // held at most at the partition ceiling's settings
+  bool on_trial = false;   // released for a try that has not yet held
+  int64_t trials = 0;      // tries of releasing it
+  int64_t failures = 0;    // of them, undone because an LC kind spent its budget
+};
+
 class LatencyController {
  public:
   LatencyController(ControllerOptions options, std::vector<ControlStep> ladder);
@@ -165,6 +192,15 @@ class LatencyController {
   // Time passing without samples (for going back to the bottom step when LC work stops and
   // for ending probes).
   void tick(double now_s);
+  // A best-effort lease of `kind` was granted (its work may run from now).
+  void note_best_effort(const std::string& kind, double now_s);
+  // Whether BE work of `kind` runs at released_settings() instead of settings().
+  bool released(const std::string& kind) const;
+  // The settings of released BE kinds: the current step's, at most the partition ceiling's.
+  const ControlStep& released_settings() const;
+  // The last step that only keeps SMs free (-1: the ladder has none; nothing is released).
+  int ceiling() const { return ceiling_; }
+  std::vector<BestEffortControl> best_effort_kinds() const;
 
   int step() const { return step_; }
   const ControlStep& settings() const { return ladder_[static_cast<std::size_t>(step_)]; }
@@ -233,6 +269,27 @@ class LatencyController {
                    std::optional<double> above);
   void maybe_descend(double now_s);
   void update_probe(double now_s);
+  // Every active kind within its target with its budget at least loosen_budget, after
+  // loosen_samples and loosen_s at the step (what a release try starts from).
+  bool settled_within_targets(double now_s) const;
+  // Starts, keeps or ends a release try.
+  void maybe_release(double now_s);
+  // Undoes the release try in progress, or the latest release where a climb would hold back
+  // nothing more of what runs (at the top step, or every active BE kind released); false where
+  // there was none to undo (then the controller climbs instead).
+  bool undo_release(double now_s);
+  // Whether an active BE kind is not released (the steps above the ceiling hold it back).
+  bool holds_any(double now_s) const;
+  // After a climb or an undone release: every budget full, and settle_samples to come.
+  void refill(double now_s);
+
+  struct BestEffortKind {
+    bool released = false;
+    double last_s = -1e300;
+    double next_try_s = 0.0;
+    int doublings = 0;
+    int64_t trials = 0, failures = 0;
+  };
 
   ControllerOptions options_;
   std::vector<ControlStep> ladder_;
@@ -253,6 +310,12 @@ class LatencyController {
   int64_t climbs_ = 0;
   int64_t median_climbs_ = 0;
   int64_t descents_ = 0;
+  std::map<std::string, BestEffortKind> best_effort_;
+  int ceiling_ = -1;
+  std::string trial_;               // the kind on trial ("" none)
+  double trial_since_s_ = 0.0;
+  std::size_t trial_samples_ = 0;
+  std::vector<std::string> releases_;  // released kinds whose try held, oldest first
   std::vector<double> step_seconds_;  // per step: seconds spent there before the current stay
   double step_entered_s_ = 0.0;       // when the current step was entered
   bool started_ = false;

@@ -66,9 +66,9 @@ double Policy::load(const DeviceState& d) const {
   return static_cast<double>(d.active) / config_.max_leases_per_device + d.occupancy + d.best_effort_occupancy;
 }
 
-bool Policy::throttled(const DeviceState& d) const {
+bool Policy::throttled(const DeviceState& d, const ControlStep& control) const {
   if (d.probing) return true;
-  switch (d.control.throttle) {
+  switch (control.throttle) {
     case ThrottleMode::Off: return false;
     case ThrottleMode::Waiting: return d.latency_critical_waiting > 0;
     case ThrottleMode::Held:

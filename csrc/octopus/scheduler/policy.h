@@ -42,6 +42,7 @@ struct DeviceState {
   // How best-effort work runs now: the latency controller's step with the pinned knobs
   // applied (without a controller: the pinned knobs or their defaults).
   ControlStep control;
+  ControlStep released_control;  // for best-effort kinds the controller released (same pins)
   std::unique_ptr<LatencyController> controller;  // null where latency_control is off
   bool probing = false;                 // best-effort holders pause and drain for a probe
   int best_effort_drained = 0;          // best-effort holders paused with nothing in flight
@@ -88,8 +89,8 @@ class Policy {
   Limit fit(const Waiter& w, const KindModel* kind, DeviceState& d, DeviceBackend& backend, double* occupancy) const;
   // How busy a device is, for choosing among those a request fits on.
   double load(const DeviceState& d) const;
-  // Whether best-effort holders on `d` must pause at their checkpoints now.
-  bool throttled(const DeviceState& d) const;
+  // Whether best-effort holders on `d` running at `control` must pause at their checkpoints now.
+  bool throttled(const DeviceState& d, const ControlStep& control) const;
   // The median hold time of the kind's recent leases (unset: none seen yet).
   std::optional<double> typical_hold_s(const KindModel* kind) const;
   // Seconds until `w` would likely be granted on one of devices [lo, hi): 0 where it fits

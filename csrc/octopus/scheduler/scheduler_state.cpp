@@ -113,11 +113,12 @@ void State::grant(Waiter& w, int index, double occupancy) {
   if (w.work_class == WorkClass::BestEffort) {
     d.best_effort_epoch += 1;  // its work may start now
     refresh_idle(d);
+    if (d.controller) d.controller->note_best_effort(r.kind, micros(now) * 1e-6);
   }
   LeaseGrant& g = w.grant;
   g.id = next_lease_id++;
   g.device = d.device;
-  g.stream = w.work_class == WorkClass::BestEffort ? best_effort_stream(d, slot) : chosen.handle;
+  g.stream = w.work_class == WorkClass::BestEffort ? best_effort_stream(d, slot, r.kind) : chosen.handle;
   g.slot = slot;
   g.priority = w.priority;
   g.work_class = w.work_class;
@@ -197,8 +198,12 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
   schedule();
 }
 
-StreamHandle State::best_effort_stream(const DeviceState& d, int slot) const {
-  const int reserve = d.control.reserved_sms;
+const ControlStep& State::control_for(const DeviceState& d, const std::string& kind) const {
+  return d.controller && d.controller->released(kind) ? d.released_control : d.control;
+}
+
+StreamHandle State::best_effort_stream(const DeviceState& d, int slot, const std::string& kind) const {
+  const int reserve = control_for(d, kind).reserved_sms;
   for (std::size_t r = 0; r < d.reserves.size(); ++r) {
     if (d.reserves[r] == reserve) {
       return d.partition_streams[static_cast<std::size_t>(slot - policy.first_slot(WorkClass::BestEffort))][r];
@@ -388,12 +393,13 @@ void State::add_rate_samples(const std::string& kind, const std::vector<double>&
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
                                  const std::function<void()>& drain) {
   DeviceState& d = devices[static_cast<std::size_t>(index_of(g.device))];
-  if (!policy.throttled(d)) return 0.0;
+  if (d.controller) d.controller->note_best_effort(g.kind, micros(Clock::now()) * 1e-6);
+  if (!policy.throttled(d, control_for(d, g.kind))) return 0.0;
   const auto start = Clock::now();
   const bool bounded = config.best_effort_max_pause_s >= 0.0;
   const auto give_up_at = start + duration_of(bounded ? config.best_effort_max_pause_s : 0.0);
   bool drained = false;
-  while (policy.throttled(d)) {
+  while (policy.throttled(d, control_for(d, g.kind))) {
     if (d.probing && !drained) {
       // A probe measures latency-critical work alone: none of this holder's may still run.
       lock.unlock();

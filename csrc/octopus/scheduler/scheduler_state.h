@@ -131,7 +131,10 @@ struct State {
   double pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
                             const std::function<void()>& drain);
   // The stream a best-effort lease of pool slot `slot` runs on under `d`'s control now.
-  StreamHandle best_effort_stream(const DeviceState& d, int slot) const;
+  // The stream of best-effort slot `slot` for work of `kind`: on the partition its control keeps.
+  StreamHandle best_effort_stream(const DeviceState& d, int slot, const std::string& kind) const;
+  // How best-effort work of `kind` runs on `d` now (released kinds: d.released_control).
+  const ControlStep& control_for(const DeviceState& d, const std::string& kind) const;
   // Whether `d` can have best-effort work running: recomputed when holders come, go, pause
   // drained or resume, and when returned work finishes.
   void refresh_idle(DeviceState& d);

@@ -28,6 +28,8 @@ struct ControlStats {
   std::vector<int> reserves;       // the SMs each partition made keeps free of best-effort work
   std::string partition_error;     // why none could be made, where none could
   std::vector<KindControl> kinds;
+  ControlStep released_settings;   // of released best-effort kinds (LatencyController::released)
+  std::vector<BestEffortControl> best_effort;
 };
 
 struct DeviceStats {

@@ -51,7 +51,7 @@ double Lease::checkpoint(double units) {
   int in_flight = 0;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    in_flight = s.device_of(grant_.device).control.in_flight;
+    in_flight = s.control_for(s.device_of(grant_.device), grant_.kind).in_flight;
   }
   std::vector<double> rates;
   if (in_flight > 0) {
@@ -67,7 +67,7 @@ double Lease::checkpoint(double units) {
     paused = s.pause_if_throttled(grant_, lock, [this] { drain(); });
     detail::DeviceState& d = s.device_of(grant_.device);
     d.best_effort_units += units;
-    stream = s.best_effort_stream(d, grant_.slot);
+    stream = s.best_effort_stream(d, grant_.slot, grant_.kind);
   }
   if (stream != grant_.stream) move_to(stream);
   if (in_flight_) in_flight_->start_slice(units, paused);
@@ -350,11 +350,11 @@ void StreamScheduler::set_target(const std::string& kind, std::optional<double> 
   for (detail::DeviceState& d : s.devices) d.controller->set_target(kind, target);
 }
 
-std::optional<double> StreamScheduler::slice_budget_s(int device) const {
+std::optional<double> StreamScheduler::slice_budget_s(int device, const std::string& kind) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   const detail::DeviceState& d = state_->device_of(device);
   if (!d.controller) return std::nullopt;
-  return d.control.slice_budget_s;
+  return state_->control_for(d, kind).slice_budget_s;
 }
 
 std::vector<std::string> StreamScheduler::take_reports() {
@@ -418,6 +418,8 @@ SchedulerStats StreamScheduler::stats() const {
       cs.descents = d.controller->descents();
       cs.probes = d.controller->probes();
       cs.kinds = d.controller->kinds();
+      cs.released_settings = d.released_control;
+      cs.best_effort = d.controller->best_effort_kinds();
     }
     out.devices.push_back(ds);
   }

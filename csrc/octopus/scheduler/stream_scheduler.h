@@ -128,9 +128,10 @@ class StreamScheduler {
   // measured with no best-effort work on the device (default latency_ratio). Throws
   // std::invalid_argument for a bad value, std::logic_error where latency control is off.
   void set_target(const std::string& kind, std::optional<double> p99_s, std::optional<double> ratio);
-  // The device time the slicing helpers give one best-effort slice on `device` now
-  // (unset where latency control is off: slices are as the caller sizes them).
-  std::optional<double> slice_budget_s(int device) const;
+  // The device time the slicing helpers give one best-effort slice of `kind` on `device` now
+  // (a kind the controller released may get longer slices; unset where latency control is
+  // off: slices are as the caller sizes them).
+  std::optional<double> slice_budget_s(int device, const std::string& kind = "") const;
   // Reports of infeasible latency targets not yet taken (each once), and whether there are any.
   std::vector<std::string> take_reports();
   bool has_reports() const;

@@ -180,7 +180,7 @@ class Lease:
         (read before every slice), where no size is given either."""
         if budget is not None or size is not None:
             return budget
-        return lambda: cast("float | None", self._owner._impl.slice_budget_s(self._lease.device))
+        return lambda: cast("float | None", self._owner._impl.slice_budget_s(self._lease.device, self.kind))
 
     @contextlib.contextmanager
     def _following_stream(self) -> Iterator[Callable[[], None]]:
@@ -394,11 +394,12 @@ class StreamScheduler:
         self._impl.set_target(str(kind), None if p99_ms is None else p99_ms / 1e3,
                               None if ratio is None else float(ratio))
 
-    def slice_budget(self, device: int | torch.device | None = None) -> float | None:
-        """Seconds of device time the slicing helpers give one best-effort slice on ``device``
-        now (the latency controller's; None without latency control)."""
+    def slice_budget(self, device: int | torch.device | None = None, kind: str = "") -> float | None:
+        """Seconds of device time the slicing helpers give one best-effort slice of ``kind``
+        on ``device`` now (the latency controller's: a kind it released may get longer ones;
+        None without latency control)."""
         index = self._device_index(device)
-        return cast("float | None", self._impl.slice_budget_s(self.devices[0] if index < 0 else index))
+        return cast("float | None", self._impl.slice_budget_s(self.devices[0] if index < 0 else index, str(kind)))
 
     def adapt_concurrency(self) -> None:
         """One step of adaptive concurrency now: samples utilization and moves each device's
@@ -447,7 +448,10 @@ class StreamScheduler:
         its median is over its bound where no step lowers it (``median_unhelped``), and under
         ``steps``, per step of the ladder, its jobs while the controller held that step (best-
         effort work present), how many were over target, and their recent p50 and p99: what
-        each step bought it on this workload."""
+        each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
+        whether the controller released it to ``released_settings`` (the last step that
+        only keeps SMs free), whether that is a try still under way, its tries and how
+        many were undone."""
         if self._impl.has_reports:
             self._warn_reports()
         return cast("dict[str, Any]", self._impl.stats())

@@ -85,14 +85,21 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
 
 def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     """Where the latency controller spent the run: its final step, the share of the time at
-    each step, its climbs (those for a median over its bound) and descents."""
+    each step, its climbs (those for a median over its bound) and descents, and the BE kinds
+    it released (where it tried any)."""
     if not control or not control.get("enabled") or "seconds_at_steps" not in control:
         return ""
     seconds = control["seconds_at_steps"]
     total = sum(seconds) or 1.0
     shares = " ".join(f"{100 * t / total:.0f}" for t in seconds)
-    return (f" | step {control['step']}/{control['steps'] - 1}, % of time per step [{shares}], "
+    path = (f" | step {control['step']}/{control['steps'] - 1}, % of time per step [{shares}], "
             f"climbs {control['climbs']} ({control['median_climbs']} median), descents {control['descents']}")
+    released = control.get("best_effort_kinds") or {}
+    if any(b["trials"] for b in released.values()):  # the BE kinds it tried releasing: tries, undone
+        path += (" | released " + (", ".join(name for name, b in released.items() if b["released"]) or "none") +
+                 " (tries/undone: " + ", ".join(f"{name} {b['trials']}/{b['failures']}" for name, b in released.items())
+                 + ")")
+    return path
 
 
 def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> str:
