@@ -465,6 +465,8 @@ TEST(LatencyController, ReleasesTheBestEffortKindsAPartitionProtectsFromAndHolds
   EXPECT_GE(stream.failures, 1);
   EXPECT_LE(stream.failures, 4);
   EXPECT_EQ(stream.trials, stream.failures + (stream.on_trial ? 1 : 0));
+  // Every release and every undo is a change the scheduler passes on to paused holders.
+  EXPECT_EQ(c.release_changes(), gemm.trials + stream.trials + stream.failures);
   // A released kind runs at the ceiling's settings: every SM but the partition's, whole units.
   EXPECT_EQ(c.released_settings().reserved_sms, c.ladder()[4].reserved_sms);
   EXPECT_EQ(c.released_settings().throttle, ThrottleMode::Off);

@@ -98,9 +98,12 @@ void State::apply_control(DeviceState& d, Clock::time_point now) {
            a.throttle != b.throttle;
   };
   const bool probing = d.controller && d.controller->probing();
-  const bool changed = differs(step, d.control) || differs(released, d.released_control) || probing != d.probing;
+  const int64_t release_changes = d.controller ? d.controller->release_changes() : 0;
+  const bool changed = differs(step, d.control) || differs(released, d.released_control) || probing != d.probing ||
+                       release_changes != d.release_changes;  // a kind released or held again
   d.control = step;
   d.released_control = released;
+  d.release_changes = release_changes;
   d.probing = probing;
   if (!changed) return;
   throttle_changed.notify_all();  // paused holders look again

@@ -186,6 +186,7 @@ void LatencyController::tick(double now_s) {
   if (started_ && !trial_.empty() && now_s - last_sample_s_ > options_.idle_s) {
     best_effort_[trial_].released = false;  // LC work stopped: the try proved nothing
     trial_.clear();
+    release_changes_ += 1;
   }
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
     move_to(0, now_s);
@@ -274,6 +275,7 @@ void LatencyController::maybe_release(double now_s) {
   BestEffortKind& b = best_effort_[pick];
   b.released = true;
   b.trials += 1;
+  release_changes_ += 1;
   trial_ = pick;
   trial_since_s_ = now_s;
   trial_samples_ = 0;
@@ -301,6 +303,7 @@ bool LatencyController::undo_release(double now_s) {
   BestEffortKind& b = best_effort_[name];
   b.released = false;
   b.failures += 1;
+  release_changes_ += 1;
   b.doublings = std::min(b.doublings + 1, options_.max_release_doublings);
   b.next_try_s = now_s + options_.release_wait_s * static_cast<double>(1 << b.doublings);
   refill(now_s);

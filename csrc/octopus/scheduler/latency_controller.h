@@ -201,6 +201,8 @@ class LatencyController {
   // The last step that only keeps SMs free (-1: the ladder has none; nothing is released).
   int ceiling() const { return ceiling_; }
   std::vector<BestEffortControl> best_effort_kinds() const;
+  // How many times a kind was released or held again (so that paused holders look again).
+  int64_t release_changes() const { return release_changes_; }
 
   int step() const { return step_; }
   const ControlStep& settings() const { return ladder_[static_cast<std::size_t>(step_)]; }
@@ -316,6 +318,7 @@ class LatencyController {
   double trial_since_s_ = 0.0;
   std::size_t trial_samples_ = 0;
   std::vector<std::string> releases_;  // released kinds whose try held, oldest first
+  int64_t release_changes_ = 0;
   std::vector<double> step_seconds_;  // per step: seconds spent there before the current stay
   double step_entered_s_ = 0.0;       // when the current step was entered
   bool started_ = false;

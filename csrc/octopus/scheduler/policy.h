@@ -43,6 +43,7 @@ struct DeviceState {
   // applied (without a controller: the pinned knobs or their defaults).
   ControlStep control;
   ControlStep released_control;  // for best-effort kinds the controller released (same pins)
+  int64_t release_changes = 0;   // the controller's release_changes() when last applied
   std::unique_ptr<LatencyController> controller;  // null where latency_control is off
   bool probing = false;                 // best-effort holders pause and drain for a probe
   int best_effort_drained = 0;          // best-effort holders paused with nothing in flight
