@@ -309,6 +309,7 @@ void bind_scheduler(py::module_& m) {
       .def("estimate_occupancy", &sched::StreamScheduler::estimate_occupancy, py::arg("kind"), py::arg("shape"), py::arg("device"))
       .def("seconds_per_unit", &sched::StreamScheduler::seconds_per_unit, py::arg("kind"))
       .def("set_seconds_per_unit", &sched::StreamScheduler::set_seconds_per_unit, py::arg("kind"), py::arg("seconds"))
+      .def("host_seconds_per_slice", &sched::StreamScheduler::host_seconds_per_slice, py::arg("kind"))
       .def("adapt_concurrency", &sched::StreamScheduler::adapt_concurrency, py::call_guard<py::gil_scoped_release>())
       .def("set_target", &sched::StreamScheduler::set_target, py::arg("kind"), py::arg("p99_s"), py::arg("ratio"))
       .def("slice_budget_s", &sched::StreamScheduler::slice_budget_s, py::arg("device"), py::arg("kind") = "")

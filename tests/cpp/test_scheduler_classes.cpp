@@ -313,17 +313,18 @@ TEST(SchedulerClasses, InFlightSlicesAreBounded) {
       }
     });
     // The first checkpoint's event marks the work before the lease (none of its slices):
-    // with nothing completed, in_flight - 1 slices get launched, then it waits.
-    eventually([&] { return launched.load() == in_flight - 1 && f.backend->pending_events(0) == in_flight; },
+    // with nothing completed, in_flight - 1 slices get launched, then it waits. Every slice
+    // has two events, one before it and one after it.
+    eventually([&] { return launched.load() == in_flight - 1 && f.backend->pending_events(0) == 2 * in_flight - 1; },
                "the holder fills its window");
     std::this_thread::sleep_for(30ms);
     EXPECT_EQ(launched.load(), in_flight - 1);
     for (int done = 1; done <= 5; ++done) {
-      f.backend->complete_events(0, 1);  // the device finished the oldest marked slice
+      f.backend->complete_events(0, done == 1 ? 1 : 2);  // the device finished the oldest marked slice
       eventually([&] { return launched.load() == in_flight - 1 + done; }, "one more slice launched");
       std::this_thread::sleep_for(5ms);
       EXPECT_EQ(launched.load(), in_flight - 1 + done) << "in_flight=" << in_flight;
-      EXPECT_LE(f.backend->pending_events(0), in_flight);
+      EXPECT_LE(f.backend->pending_events(0), 2 * in_flight);
     }
     stop.store(true);
     f.backend->set_manual_events(false);  // completes everything; the worker leaves
@@ -341,7 +342,10 @@ TEST(SchedulerClasses, TimePerUnitIsMeasuredAtCheckpoints) {
   Lease background = f.scheduler->acquire(r);
   std::atomic<bool> finished{false};
   std::thread worker([&] {
-    for (int i = 0; i < 6; ++i) background.checkpoint(10.0);  // slices of 10 units
+    for (int i = 0; i < 6; ++i) {
+      background.checkpoint(10.0);  // slices of 10 units, each launched in 5 ms
+      std::this_thread::sleep_for(5ms);
+    }
     finished.store(true);
   });
   // The "device" takes at least 20 ms per slice.
@@ -354,6 +358,11 @@ TEST(SchedulerClasses, TimePerUnitIsMeasuredAtCheckpoints) {
   ASSERT_TRUE(rate.has_value());
   EXPECT_GE(*rate, 0.001);  // 20 ms / 10 units = 2 ms per unit, at least half of it
   EXPECT_LT(*rate, 1.0);
+  const std::optional<double> host = f.scheduler->host_seconds_per_slice("rows");
+  ASSERT_TRUE(host.has_value());
+  EXPECT_GE(*host, 0.004);  // from a checkpoint to the next: the 5 ms launch
+  EXPECT_LT(*host, 1.0);
+  EXPECT_FALSE(f.scheduler->host_seconds_per_slice("cols").has_value());
   f.scheduler->set_seconds_per_unit("cols", 0.5);
   EXPECT_DOUBLE_EQ(*f.scheduler->seconds_per_unit("cols"), 0.5);
   EXPECT_THROW(f.scheduler->set_seconds_per_unit("cols", 0.0), std::invalid_argument);

@@ -90,14 +90,20 @@ TEST(StreamSchedulerCuda, CheckpointLeavesNoEarlierSliceUnfinished) {
   void* buffer = nullptr;
   const std::size_t bytes = std::size_t{1} << 30;
   ASSERT_EQ(cudaMalloc(&buffer, bytes), cudaSuccess);
+  cudaEvent_t before = nullptr;  // after the slice launched before the checkpoint
+  ASSERT_EQ(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), cudaSuccess);
   for (int slice = 0; slice < 4; ++slice) {
     lease.checkpoint(1.0);
-    EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess) << "a slice launched before the checkpoint is unfinished";
+    if (slice > 0) {
+      EXPECT_EQ(cudaEventQuery(before), cudaSuccess) << "a slice launched before the checkpoint is unfinished";
+    }
     ASSERT_EQ(cudaMemsetAsync(buffer, slice, bytes, stream), cudaSuccess);  // a slice of ~0.5 ms
+    ASSERT_EQ(cudaEventRecord(before, stream), cudaSuccess);
   }
   lease.checkpoint(1.0);
-  EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(before), cudaSuccess);
   lease.release()->synchronize();
+  cudaEventDestroy(before);
   cudaFree(buffer);
 }
 

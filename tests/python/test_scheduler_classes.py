@@ -13,6 +13,7 @@ import torch
 
 import octopus
 from conftest import HAS_CUDA, random_batch
+from octopus.scheduling.slicing import SliceSizer
 
 cuda_only = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")]
 BACKENDS = ["simulated", pytest.param("cuda", marks=cuda_only)]
@@ -183,13 +184,15 @@ def test_in_flight_slices_are_bounded(in_flight):
 
     worker = threading.Thread(target=work)
     worker.start()
-    eventually(lambda: launched[0] == in_flight - 1 and device.pending_events(0) == in_flight, "the window fills")
+    # An event after the work before the lease, then one before and one after each slice.
+    eventually(lambda: launched[0] == in_flight - 1 and device.pending_events(0) == 2 * in_flight - 1,
+               "the window fills")
     time.sleep(0.03)
     assert launched[0] == in_flight - 1
     for done in range(1, 4):
-        device.complete_events(0, 1)
+        device.complete_events(0, 1 if done == 1 else 2)  # the oldest slice finished
         eventually(lambda: launched[0] == in_flight - 1 + done, "one more slice")
-        assert device.pending_events(0) <= in_flight
+        assert device.pending_events(0) <= 2 * in_flight
     stop.set()
     device.set_manual_events(False)
     worker.join()
@@ -219,6 +222,42 @@ def test_slices_of_a_count():
     # first slice is measured once two more are in flight).
     with sched.acquire("unmeasured", best_effort=True) as lease:
         assert [(s.start, s.stop) for s in lease.slices(6400, budget=0.01)][:3] == [(0, 100), (100, 300), (300, 700)]
+
+
+@pytest.mark.parametrize("host_ms,device_us_per_unit", [(0.5, 0.01), (3.0, 1.0), (0.05, 0.001)])
+def test_slice_sizes_do_not_collapse_where_the_host_is_slow(host_ms, device_us_per_unit):
+    # Where the stream idles between slices, a slice's measured device time includes its
+    # launch: (host + rate * units) / units per unit. Sized to a budget shorter than the host's
+    # time alone, each slice came out shorter than the one before, down to one unit (the work
+    # crawled). Kept at twice the host's time per slice, they settle where the device time of a
+    # slice is at least the host's.
+    host, rate, budget = host_ms * 1e-3, device_us_per_unit * 1e-6, 0.1e-3
+    for floor in (True, False):
+        measured = [rate]
+        host_seconds = (lambda: host) if floor else (lambda: None)
+        sizer = SliceSizer(None, budget, lambda: min(measured[-32:]), 10**12, host_seconds)
+        sizes = []
+        for _ in range(300):
+            units = sizer.next()
+            sizes.append(units)
+            measured.append((host + rate * units) / units)
+        if floor:
+            assert rate * min(sizes[-100:]) >= host * 0.99, sizes[-5:]  # a slice's device time >= the host's
+            assert min(sizes[-100:]) >= 0.99 * max(sizes[-100:]), sizes[-5:]  # settled
+        elif host > budget:
+            assert sizes[-1] == 1  # what it did before
+    sizes = []
+    sched = simulated(2, latency_control=False, best_effort_in_flight=1)
+    with sched.acquire("slow host", best_effort=True) as lease:
+        for rows in lease.slices(10**12, budget=1e-4):
+            sizes.append(rows.stop - rows.start)
+            time.sleep(2e-3)
+            if len(sizes) == 8:
+                break
+    measured_host = sched.host_seconds_per_slice("slow host")
+    assert measured_host is not None and 1.5e-3 <= measured_host < 1.0
+    assert min(sizes) >= sizes[0], sizes  # probes from 1/64 of the work, then none shorter
+    assert sched.host_seconds_per_slice("never sliced") is None
 
 
 def test_without_a_size_slices_follow_the_latency_controller():
@@ -380,13 +419,16 @@ def test_bad_deadline():
 def test_checkpoint_bounds_work_in_flight_on_the_device():
     sched = octopus.StreamScheduler(2, best_effort_in_flight=1)
     with sched.acquire("sleep", best_effort=True) as lease:
+        before = None
         for _ in range(5):
             lease.checkpoint(1)
-            assert lease.stream.query(), "work from before the checkpoint was still queued"
+            assert before is None or before.query(), "work from before the checkpoint was still queued"
             with torch.cuda.stream(lease.stream):
                 torch.cuda._sleep(2_000_000)
+            before = torch.cuda.Event()
+            before.record(lease.stream)
         lease.checkpoint(1)
-        assert lease.stream.query()
+        assert before.query()
     # The device time of the slices was measured (the second slice on).
     assert sched.seconds_per_unit("sleep") > 0
 

@@ -1,5 +1,7 @@
 #include "octopus/scheduler/in_flight.h"
 
+#include <chrono>
+#include <limits>
 
 namespace octopus::scheduler::detail {
 
@@ -7,11 +9,14 @@ InFlightWindow::InFlightWindow(std::shared_ptr<EventPool> pool, int device, Stre
     : pool_(std::move(pool)), device_(device), stream_(stream) {}
 
 InFlightWindow::~InFlightWindow() {
-  for (const Mark& m : marks_) pool_->give_back(device_, m.event, true);
-  if (previous_) pool_->give_back(device_, previous_, true);
+  for (const Mark& m : marks_) {
+    if (m.start) pool_->give_back(device_, m.start, true);
+    pool_->give_back(device_, m.end, true);
+  }
+  if (next_start_) pool_->give_back(device_, next_start_, true);
 }
 
-void InFlightWindow::mark() {
+EventHandle InFlightWindow::record() {
   EventHandle event = pool_->take(device_, true);
   try {
     pool_->backend().record_event(device_, event, stream_);
@@ -19,32 +24,44 @@ void InFlightWindow::mark() {
     pool_->give_back(device_, event, true);
     throw;
   }
-  marks_.push_back(Mark{event, next_units_, next_paused_s_});
-  next_units_ = next_paused_s_ = 0.0;
+  return event;
 }
 
-std::vector<double> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
-  std::vector<double> seconds_per_unit;
+void InFlightWindow::mark() {
+  const EventHandle end = record();
+  const double host_s = next_start_ ? std::chrono::duration<double>(Clock::now() - next_started_).count() : 0.0;
+  marks_.push_back(Mark{next_start_, end, next_units_, host_s});
+  next_start_ = nullptr;
+  next_units_ = 0.0;
+}
+
+std::vector<SliceTiming> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
+  std::vector<SliceTiming> timings;
   DeviceBackend& backend = pool_->backend();
   while (marks_.size() > unfinished) {
     const Mark m = marks_.front();
-    backend.synchronize_event(device_, m.event);
+    backend.synchronize_event(device_, m.end);
     marks_.pop_front();
-    if (previous_ != nullptr) {
+    if (m.start) {
       if (m.units > 0.0) {
-        const double took = backend.elapsed_s(device_, previous_, m.event) - m.paused_s;
-        if (took > 0.0) seconds_per_unit.push_back(took / m.units);  // (NaN: no device clock)
+        const double took = backend.elapsed_s(device_, m.start, m.end);  // NaN: no device clock
+        timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s});
       }
-      pool_->give_back(device_, previous_, true);
+      pool_->give_back(device_, m.start, true);
     }
-    previous_ = m.event;
+    pool_->give_back(device_, m.end, true);
   }
-  return seconds_per_unit;
+  return timings;
 }
 
-void InFlightWindow::start_slice(double units, double paused_s) {
+void InFlightWindow::start_slice(double units) {
+  if (next_start_) {  // two starts without a mark between them: the later one counts
+    pool_->give_back(device_, next_start_, true);
+    next_start_ = nullptr;
+  }
+  next_start_ = record();
   next_units_ = units;
-  next_paused_s_ = paused_s;
+  next_started_ = Clock::now();
 }
 
 }  // namespace octopus::scheduler::detail

@@ -1,10 +1,12 @@
 // The in-flight bound of one best-effort lease. Each checkpoint records an event after the
-// work queued so far (so it marks the end of the slice launched since the previous
-// checkpoint) and waits until few enough of the marked slices are unfinished. The device
-// time between two consecutive marks, less the holder's pause between them, is how long a
-// slice took end to end on the device: its kernels, and any wait for the host to launch
-// them or for latency-critical work (slices too short for their host time measure long,
-// and the next are sized larger).
+// work queued so far (the end of the slice started at the previous checkpoint) and waits until
+// few enough of the marked slices are unfinished; then it records an event before the next
+// slice. The device time between a slice's two events is how long it took on the device
+// (its kernels, and, where the stream was idle, the host's launching of them), never the
+// holder's pauses or waits between slices: those are what slicing adds, and counting them made
+// slices shorter where the host could not keep up, and shorter still after that. Each slice's
+// host time (from its start to the next checkpoint: launching it, and any wait for the GIL) is
+// measured too: slices are kept longer than it (policy.h, KindModel).
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,12 @@
 
 namespace octopus::scheduler::detail {
 
+// What one finished slice measured.
+struct SliceTiming {
+  double seconds_per_unit;  // device time per unit (NaN: the backend has no device clock)
+  double host_s;            // the host's time from its start to the next checkpoint
+};
+
 class InFlightWindow {
  public:
   using Clock = std::chrono::steady_clock;
@@ -25,33 +33,35 @@ class InFlightWindow {
   InFlightWindow(const InFlightWindow&) = delete;
   InFlightWindow& operator=(const InFlightWindow&) = delete;
 
-  // Records an event on the stream: the end of the slice started by start_slice.
+  // Records an event on the stream: the end of the slice started by start_slice (or of the
+  // work before the first one).
   void mark();
-  // Blocks until at most `unfinished` marked slices are still queued or running; returns
-  // seconds per unit of each slice measured on the way. The caller must not hold the
-  // scheduler's lock.
-  std::vector<double> wait_until_at_most(std::size_t unfinished);
-  // The next slice, of `units` of work, is being launched now, after the holder paused
-  // `paused_s` since the last mark.
-  void start_slice(double units, double paused_s);
-  // Later marks go on `stream` (the lease moved there, after its work so far).
+  // Blocks until at most `unfinished` marked slices are still queued or running; returns what
+  // each slice started by start_slice measured, for those finished on the way. The caller
+  // must not hold the scheduler's lock.
+  std::vector<SliceTiming> wait_until_at_most(std::size_t unfinished);
+  // The next slice, of `units` of work, is launched from now: records its start event.
+  void start_slice(double units);
+  // Later events go on `stream` (the lease moved there, after its work so far).
   void set_stream(StreamHandle stream) { stream_ = stream; }
   std::size_t size() const { return marks_.size(); }
 
  private:
   struct Mark {
-    EventHandle event;
-    double units;     // the work of the slice this event ends
-    double paused_s;  // the holder's pause before launching it
+    EventHandle start;  // null: the work before the first start_slice (not measured)
+    EventHandle end;
+    double units;
+    double host_s;
   };
+  EventHandle record();  // a timed event of the pool, recorded on the stream now
 
   std::shared_ptr<EventPool> pool_;
   int device_;
   StreamHandle stream_;
   std::deque<Mark> marks_;
+  EventHandle next_start_ = nullptr;
   double next_units_ = 0.0;
-  double next_paused_s_ = 0.0;
-  EventHandle previous_ = nullptr;  // the last retired mark, where each slice is timed from
+  Clock::time_point next_started_;
 };
 
 }  // namespace octopus::scheduler::detail

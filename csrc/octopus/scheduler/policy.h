@@ -69,11 +69,15 @@ struct KindModel {
   // Registered estimate: a fixed occupancy or a kernel profile (none: default_occupancy).
   std::variant<std::monostate, double, KernelProfile> estimate;
   SampleWindow holds{32};                 // seconds each recent lease was held
-  // Device time per unit of sliced work: a low percentile of the recent samples (slices too
-  // short for their host time measure long; their number must not shrink the next ones),
-  // or what set_seconds_per_unit set.
+  // Device time per unit of sliced work: a low percentile of the recent slices' (one that
+  // waited for its launch measures long), or what set_seconds_per_unit set.
   std::optional<double> seconds_per_unit;
   SampleWindow rates{32};
+  // The host's time per slice (launching it; in a Python holder also any wait for the GIL):
+  // the median of the recent slices'. Slices are sized to at least twice it (the slicing
+  // helpers), or the device would wait for the host between them.
+  std::optional<double> host_slice_s;
+  SampleWindow host_slices{32};
 };
 using KindTable = std::unordered_map<std::string, KindModel>;
 

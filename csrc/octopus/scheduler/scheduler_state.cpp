@@ -1,6 +1,7 @@
 #include "octopus/scheduler/scheduler_state.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <thread>
@@ -383,11 +384,15 @@ void State::give_up(Waiter& w, bool deadline_passed) {
   schedule();  // this request no longer blocks the ones behind it
 }
 
-void State::add_rate_samples(const std::string& kind, const std::vector<double>& samples) {
-  if (samples.empty()) return;
+void State::add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings) {
+  if (timings.empty()) return;
   KindModel& k = kinds[kind];
-  for (const double s : samples) k.rates.add(s);
-  k.seconds_per_unit = k.rates.quantile(kRateQuantile);
+  for (const SliceTiming& t : timings) {
+    if (!std::isnan(t.seconds_per_unit)) k.rates.add(t.seconds_per_unit);
+    k.host_slices.add(t.host_s);
+  }
+  if (k.rates.count() > 0) k.seconds_per_unit = k.rates.quantile(kRateQuantile);
+  k.host_slice_s = k.host_slices.quantile(0.5);
 }
 
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,

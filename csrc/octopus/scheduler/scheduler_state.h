@@ -20,6 +20,7 @@
 #include "octopus/scheduler/config.h"
 #include "octopus/scheduler/device_backend.h"
 #include "octopus/scheduler/event_pool.h"
+#include "octopus/scheduler/in_flight.h"
 #include "octopus/scheduler/lease_grant.h"
 #include "octopus/scheduler/policy.h"
 #include "octopus/scheduler/sample_window.h"
@@ -123,7 +124,7 @@ struct State {
   void admit_deadline(Waiter& w);
   // A waiter that gives up (timeout or deadline): out of the queue, counted, traced.
   void give_up(Waiter& w, bool deadline_passed);
-  void add_rate_samples(const std::string& kind, const std::vector<double>& samples);
+  void add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings);
   // Blocks a best-effort holder while its device's latency-critical work (or a probe)
   // throttles it, at most best_effort_max_pause_s; returns the seconds it paused. During a
   // probe the holder first runs `drain` (without the lock): it waits until none of its work

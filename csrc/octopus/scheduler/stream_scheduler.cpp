@@ -53,24 +53,24 @@ double Lease::checkpoint(double units) {
     std::lock_guard<std::mutex> lock(s.mutex);
     in_flight = s.control_for(s.device_of(grant_.device), grant_.kind).in_flight;
   }
-  std::vector<double> rates;
+  std::vector<detail::SliceTiming> timings;
   if (in_flight > 0) {
     if (!in_flight_) in_flight_ = std::make_unique<detail::InFlightWindow>(s.events, grant_.device, grant_.stream);
     in_flight_->mark();
-    rates = in_flight_->wait_until_at_most(static_cast<std::size_t>(in_flight - 1));
+    timings = in_flight_->wait_until_at_most(static_cast<std::size_t>(in_flight - 1));
   }
   double paused = 0.0;
   StreamHandle stream = grant_.stream;
   {
     std::unique_lock<std::mutex> lock(s.mutex);
-    s.add_rate_samples(grant_.kind, rates);
+    s.add_slice_timings(grant_.kind, timings);
     paused = s.pause_if_throttled(grant_, lock, [this] { drain(); });
     detail::DeviceState& d = s.device_of(grant_.device);
     d.best_effort_units += units;
     stream = s.best_effort_stream(d, grant_.slot, grant_.kind);
   }
   if (stream != grant_.stream) move_to(stream);
-  if (in_flight_) in_flight_->start_slice(units, paused);
+  if (in_flight_) in_flight_->start_slice(units);
   return paused;
 }
 
@@ -321,6 +321,12 @@ std::optional<double> StreamScheduler::seconds_per_unit(const std::string& kind)
   std::lock_guard<std::mutex> lock(state_->mutex);
   const detail::KindModel* k = state_->find_kind(kind);
   return k ? k->seconds_per_unit : std::nullopt;
+}
+
+std::optional<double> StreamScheduler::host_seconds_per_slice(const std::string& kind) const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  const detail::KindModel* k = state_->find_kind(kind);
+  return k ? k->host_slice_s : std::nullopt;
 }
 
 void StreamScheduler::set_seconds_per_unit(const std::string& kind, double seconds) {

@@ -114,9 +114,13 @@ class StreamScheduler {
   // The estimate a lease of `kind` and `shape` would get on `device`.
   double estimate_occupancy(const std::string& kind, const std::vector<int64_t>& shape, int device) const;
   // Device seconds per unit of `kind`'s sliced work: measured by best-effort checkpoints
-  // (a moving average), or set here from an earlier measurement. Unset before either.
+  // (a low percentile of the recent slices'), or set here from an earlier measurement. Unset
+  // before either.
   std::optional<double> seconds_per_unit(const std::string& kind) const;
   void set_seconds_per_unit(const std::string& kind, double seconds);
+  // The host's seconds per slice of `kind` (from a checkpoint to the next: launching the
+  // slice), the median of the recent slices'; unset before any was measured.
+  std::optional<double> host_seconds_per_slice(const std::string& kind) const;
 
   // One step of adaptive concurrency: samples every device's utilization and moves its
   // lease limit toward target_utilization. A background thread calls it every

@@ -144,7 +144,8 @@ class Lease:
         the current one.
         """
         total = whole_number(total, "total")
-        sizer = SliceSizer(size, self._budget(size, budget), self._seconds_per_unit, total)
+        sizer = SliceSizer(size, self._budget(size, budget), self._seconds_per_unit, total,
+                           self._host_seconds)
         with self._following_stream() as follow:
             for part in count_slices(total, sizer):
                 self._lease.checkpoint(float(part.stop - part.start))
@@ -165,7 +166,8 @@ class Lease:
         """
         if not isinstance(batch, RaggedBatch):
             raise TypeError(f"batch must be a RaggedBatch, got {type(batch).__name__}")
-        sizer = SliceSizer(max_elements, self._budget(max_elements, budget), self._seconds_per_unit, batch.numel())
+        sizer = SliceSizer(max_elements, self._budget(max_elements, budget), self._seconds_per_unit,
+                           batch.numel(), self._host_seconds)
         with self._following_stream() as follow:
             for start, stop, elements in item_ranges(batch, sizer):
                 self._lease.checkpoint(float(elements))
@@ -174,6 +176,9 @@ class Lease:
 
     def _seconds_per_unit(self) -> float | None:
         return cast("float | None", self._owner._impl.seconds_per_unit(self.kind))
+
+    def _host_seconds(self) -> float | None:
+        return cast("float | None", self._owner._impl.host_seconds_per_slice(self.kind))
 
     def _budget(self, size: int | None, budget: float | None) -> float | Callable[[], float | None] | None:
         """The budget slices are sized to: the one given, else the controller's slice length
@@ -365,10 +370,19 @@ class StreamScheduler:
         return cast(float, self._impl.estimate_occupancy(kind, parse_shape(shape), self.devices[0] if index < 0 else index))
 
     def seconds_per_unit(self, kind: str) -> float | None:
-        """Device seconds per unit (row, element) of ``kind``'s sliced work: a moving average
-        measured at best-effort checkpoints (where ``best_effort_in_flight`` > 0), or what
-        :meth:`set_seconds_per_unit` set; None before either. Slices with a ``budget`` use it."""
+        """Device seconds per unit (row, element) of ``kind``'s sliced work: a low percentile
+        of the recent slices' device time (from an event before each slice to one after it,
+        recorded at best-effort checkpoints where ``best_effort_in_flight`` > 0; pauses between
+        slices are not in it), or what :meth:`set_seconds_per_unit` set; None before either.
+        Slices with a ``budget`` use it."""
         return cast("float | None", self._impl.seconds_per_unit(kind))
+
+    def host_seconds_per_slice(self, kind: str) -> float | None:
+        """The host's seconds per slice of ``kind``'s sliced work (from a checkpoint to the
+        next: launching the slice, and in a Python holder any wait for the GIL), the median of
+        the recent slices'; None before any was measured. Slices sized from a budget are kept
+        at least twice as long on the device."""
+        return cast("float | None", self._impl.host_seconds_per_slice(kind))
 
     def set_seconds_per_unit(self, kind: str, seconds: float) -> None:
         """Sets ``kind``'s device seconds per unit (from an earlier measurement)."""

@@ -4,7 +4,10 @@ item ranges of a :class:`RaggedBatch` with a bounded number of elements (views, 
 Slice sizes are fixed, or chosen from a latency budget (given, or the latency controller's
 slice length) and the kind's measured device time per unit
 (:meth:`StreamScheduler.seconds_per_unit`), both re-read before every slice so that they
-follow the controller and the measurement as they move.
+follow the controller and the measurement as they move. A budget shorter than twice the
+host's measured time per slice (:meth:`StreamScheduler.host_seconds_per_slice`) is raised to
+it: shorter slices would leave the device waiting for the host between them, and the work
+would crawl (seen with Python holders whose GIL waits made every slice's launch long).
 """
 
 from __future__ import annotations
@@ -20,16 +23,20 @@ from .arguments import whole_number
 # each next one twice the one before (where slices are too short to be measured, the work
 # still ends in a few of them).
 _PROBE_FRACTION = 1 / 64
+# A slice's device time is kept at least this many times the host's time per slice.
+HOST_FACTOR = 2.0
 
 
 class SliceSizer:
-    """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds at
-    the measured ``seconds_per_unit()`` (while none is measured, probes growing from 1/64 of
-    the work), or everything where neither is given. ``budget`` may be a function, asked before every
-    slice (the latency controller's slice length; None from it: everything left)."""
+    """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds
+    (at least ``HOST_FACTOR`` times ``host_seconds()``, the host's time per slice, where known)
+    at the measured ``seconds_per_unit()`` (while none is measured, probes growing from 1/64 of
+    the work), or everything where neither is given. ``budget`` may be a function, asked before
+    every slice (the latency controller's slice length; None from it: everything left)."""
 
     def __init__(self, size: Optional[int], budget: float | Callable[[], Optional[float]] | None,
-                 seconds_per_unit: Callable[[], Optional[float]], total: int):
+                 seconds_per_unit: Callable[[], Optional[float]], total: int,
+                 host_seconds: Callable[[], Optional[float]] = lambda: None):
         if size is not None and budget is not None:
             raise ValueError("give a slice size or a latency budget, not both")
         self._size = None if size is None else whole_number(size, "size", 1)
@@ -39,6 +46,7 @@ class SliceSizer:
                 raise ValueError(f"budget must be a positive number of seconds, got {budget}")
         self._budget = budget
         self._seconds_per_unit = seconds_per_unit
+        self._host_seconds = host_seconds
         self._probe = max(1, int(total * _PROBE_FRACTION))
 
     def next(self) -> Optional[int]:
@@ -52,6 +60,9 @@ class SliceSizer:
         if rate is None:
             probe, self._probe = self._probe, 2 * self._probe
             return probe
+        host = self._host_seconds()
+        if host is not None:
+            budget = max(budget, HOST_FACTOR * host)
         return max(1, int(budget / rate))
 
 
