@@ -81,6 +81,7 @@ py::dict control_dict(const sched::ControlStats& c) {
   out["probing"] = c.probing;
   out["climbs"] = c.climbs;
   out["median_climbs"] = c.median_climbs;
+  out["unhelpful_descents"] = c.unhelpful_descents;
   out["seconds_at_steps"] = c.seconds_at_steps;
   out["descents"] = c.descents;
   out["probes"] = c.probes;

@@ -376,14 +376,50 @@ TEST(LatencyController, ATargetBelowTheAloneLatencyIsReportedInfeasible) {
 }
 
 TEST(LatencyController, ATargetMissedAtTheTopStepIsReportedInfeasible) {
+  // Every step gives 3 ms against a 1.5 ms target: reported from the top step, which the
+  // controller then leaves, step by step, for the bottom (no step did better).
   ScriptedDevice device{{3.0, 3.0, 3.0, 3.0}};
   LatencyController c(ControllerOptions{}, ladder_of(4));
   c.set_target("lc", LatencyTarget{1.5e-3, 1.5});
-  device.run(c, 400);
+  device.run(c, 380);
   EXPECT_EQ(c.step(), 3);
   const std::vector<std::string> reports = c.take_reports();
   ASSERT_EQ(reports.size(), 1u);
-  EXPECT_NE(reports[0].find("not met even with best-effort work held back"), std::string::npos) << reports[0];
+  EXPECT_NE(reports[0].find("not met even with best-effort work held back as far as the scheduler can"),
+            std::string::npos) << reports[0];
+  device.run(c, 5000);
+  EXPECT_EQ(c.step(), 0);
+  EXPECT_EQ(c.unhelpful_descents(), 3);
+}
+
+TEST(LatencyController, DoesNotHoldBestEffortWorkBackWhereItBuysNothing) {
+  // From step 2 up every step gives 1.8 ms, over the ~1.575 ms target: holding BE work back
+  // further buys the LC kind nothing (its tail is its host's, say). The controller climbs
+  // to the top, tries each step below (judged by its record, each no worse), comes back down
+  // to step 2 and stays (step 1's record is worse: 2.5 ms), and reports the target infeasible.
+  ScriptedDevice device{{3.0, 2.5, 1.8, 1.8, 1.8, 1.8, 1.8}};
+  LatencyController c(ControllerOptions{}, ladder_of(7));
+  device.run(c, 3000);
+  EXPECT_GE(c.unhelpful_descents(), 3);
+  const std::vector<int> later = device.run(c, 30000);
+  EXPECT_GT(std::count(later.begin(), later.end(), 2), 27000);
+  EXPECT_LE(std::count(later.begin(), later.end(), 6), 300);
+  EXPECT_LE(changes(later), 30) << "it should settle, not oscillate";
+  const KindControl k = c.kinds().front();
+  EXPECT_TRUE(k.infeasible);
+  EXPECT_NE(k.infeasible_reason.find("not met even with best-effort work held back"), std::string::npos)
+      << k.infeasible_reason;
+}
+
+TEST(LatencyController, AnInfeasibleTargetStaysAtTheStepThatComesClosest) {
+  // Every step is over the target, but each higher one less so: the top step stays.
+  ScriptedDevice device{{3.0, 2.6, 2.2, 1.9, 1.7}};
+  LatencyController c(ControllerOptions{}, ladder_of(5));
+  device.run(c, 3000);
+  const std::vector<int> later = device.run(c, 20000);
+  EXPECT_GT(std::count(later.begin(), later.end(), 4), 19000);
+  EXPECT_LE(c.unhelpful_descents(), 1) << "step 3 tried once, its record worse";
+  EXPECT_TRUE(c.kinds().front().infeasible);
 }
 
 TEST(LatencyController, ReturnsToTheBottomWhenLatencyCriticalWorkStops) {

@@ -92,6 +92,8 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
         "descents 1 | released x (tries/undone: x 1/0, y 3/3)")
     rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=False, trials=0, failures=0))
     assert report.format_table(rows).splitlines()[2].endswith("descents 1")
+    rows[2]["control"]["unhelpful_descents"] = 1
+    assert report.format_table(rows).splitlines()[2].endswith("descents 1 (1 from steps over target)")
 
 
 def test_repeated_runs_say_how_often_each_mode_met_each_target():

@@ -117,6 +117,38 @@ std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
   return options_.median_ratio * *k.alone_p50_s;
 }
 
+std::optional<double> LatencyController::excess_at(const Kind& k, int step, double target, double now_s) const {
+  if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
+  const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
+  if (at.recent.size() < options_.record_jobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
+  return at.recent.mean_excess(target);
+}
+
+bool LatencyController::above_no_better(const Kind& k, double target, double now_s) const {
+  const std::optional<double> above = excess_at(k, step_ + 1, target, now_s);
+  if (!above) return false;  // no record above: it may help
+  const std::optional<double> here = excess_at(k, step_, target, now_s);
+  // Come down from a step over target to find out whether this one is as good: not before
+  // its record says.
+  if (!here) return trying_below_;
+  return !(*above < options_.record_margin * *here);
+}
+
+bool LatencyController::below_no_worse(double now_s) const {
+  if (step_ == 0) return false;
+  bool any = false;
+  for (const auto& [name, k] : kinds_) {
+    if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
+    const std::optional<double> target = target_s(k);
+    if (!target) return false;
+    const std::optional<double> here = excess_at(k, step_, *target, now_s);
+    const std::optional<double> below = excess_at(k, step_ - 1, *target, now_s);
+    if (!here || (below && *here < options_.record_margin * *below)) return false;
+    any = true;
+  }
+  return any;
+}
+
 std::optional<double> LatencyController::median_at(const Kind& k, int step, double now_s) const {
   if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
@@ -157,7 +189,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool severe = over && latency_s > options_.severe_ratio * *target;
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
                                                               : 1.0 - options_.attainment));
-    if (step_ == static_cast<int>(ladder_.size()) - 1) {
+    if (step_ == static_cast<int>(ladder_.size()) - 1 || climb_unhelpful_) {
       k.at_top += 1;
       if (over) k.over_at_top += 1;
     }
@@ -172,7 +204,12 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
-      if (!undo_release(now_s)) climb(severe ? 2 : 1, now_s);
+      const bool undone = undo_release(now_s);
+      if (!undone && above_no_better(k, *target, now_s)) {
+        climb_unhelpful_ = true;  // stays: maybe_descend may find a lower step as good
+      } else if (!undone) {
+        climb(severe ? 2 : 1, now_s);
+      }
     } else if (median_over) {
       if (!undo_release(now_s) && climb(1, now_s)) median_climbs_ += 1;
     }
@@ -329,7 +366,9 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   } else if (k.at_top >= options_.infeasible_samples &&
              static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
-           << "best-effort work held back as far as the scheduler can (" << k.over_at_top << " of the last " << k.at_top
+           << "best-effort work held back as far as "
+           << (climb_unhelpful_ ? "helps (the step above did no better)" : "the scheduler can") << " ("
+           << k.over_at_top << " of the last " << k.at_top
            << " jobs over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";
     reason << ")";
@@ -373,26 +412,34 @@ void LatencyController::maybe_descend(double now_s) {
                            dwell_s >= options_.explore_s * doubling;
   if (!may_loosen && !may_explore) return;
   // Every active kind must be within its target and median bound, with slack to loosen, or
-  // without it (a step higher up may protect it no better than this one) to explore.
+  // without it (a step higher up may protect it no better than this one) to explore; or, to
+  // loosen, the step below must be on record as no worse for every kind, or have no record.
   const double margin = may_explore ? 1.0 : options_.slack;
-  bool any = false;
+  bool any = false, within = true;
   for (const auto& [name, k] : kinds_) {
     if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
     const std::optional<double> target = target_s(k);
     if (!target) return;  // no judgement of this kind yet: stay
     const std::optional<double> p99 = k.recent.quantile(0.99);
-    if (k.budget < options_.loosen_budget || !p99 || *p99 > margin * *target) return;
+    if (k.budget < options_.loosen_budget || !p99 || *p99 > margin * *target) within = false;
     const std::optional<double> median_bound = median_bound_s(k);
     const std::optional<double> median = k.recent.quantile(0.5);
-    if (median_bound && *median > margin * *median_bound) {
+    if (within && median_bound && *median > margin * *median_bound) {
       const std::optional<double> below = median_at(k, step_ - 1, now_s);
-      if (!below || *below * options_.median_gain > *median) return;  // the step below may be worse for it
+      if (!below || *below * options_.median_gain > *median) within = false;  // the step below may be worse for it
     }
+    if (!within) break;
     any = true;
   }
-  if (!any) return;
+  if (!within && !(may_loosen && below_no_worse(now_s))) return;
+  if (within && !any) return;
   move_to(step_ - 1, now_s);
   descents_ += 1;
+  if (!within) {  // judged by its record, not by a budget the step above spent
+    unhelpful_descents_ += 1;
+    trying_below_ = true;
+    refill(now_s);
+  }
   last_descent_to_ = step_;
   last_descent_s_ = now_s;
   step_since_s_ = now_s;
@@ -401,6 +448,7 @@ void LatencyController::maybe_descend(double now_s) {
 }
 
 void LatencyController::move_to(int step, double now_s) {
+  climb_unhelpful_ = trying_below_ = false;
   if (started_) step_seconds_[static_cast<std::size_t>(step_)] += now_s - step_entered_s_;
   step_entered_s_ = now_s;
   step_ = step;

@@ -25,6 +25,10 @@
 // budget where a climb would hold back nothing more of what runs (at the top step, or every
 // active BE kind released) holds the latest released kind again instead.
 //
+// A higher step is not taken to protect better: each kind's record at each step keeps a spent
+// budget from climbing where the step above did no better, and takes the controller down from
+// a step over target where the step below did no worse (ControllerOptions::record_jobs).
+//
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
 // passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
 // decides.
@@ -107,6 +111,19 @@ struct ControllerOptions {
   // reported (the bound is not enforced: holding BE work back does not help it).
   double median_gain = 0.95;
   double step_memory_s = 120.0;
+  // Holding BE work back further does not always protect LC work better either: where an LC
+  // kind's tail is its host's (a Python BE holder's slices take the GIL more often the shorter
+  // they are), the top steps cost BE work everything and buy nothing. A step's record of a
+  // kind is its jobs there (in the last step_memory_s, at least record_jobs of them). A spent
+  // budget does not climb where the step above is on
+  // record as no better for that kind; and a step where some kind is over its target or short
+  // of budget steps down, after loosen_samples and loosen_s (as a step down with slack, its
+  // waits doubling when undone), where for every kind the step below is on record as no
+  // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
+  // the target (mean of max(0, latency / target - 1): the share over it and how far); steps
+  // within record_margin of each other count as equal, and the lower one is kept.
+  std::size_t record_jobs = 64;
+  double record_margin = 0.9;
   // After a climb, this many samples of every kind must arrive before the next one (the
   // slices in flight at the old step still run).
   int settle_samples = 3;
@@ -218,6 +235,9 @@ class LatencyController {
   // error budget).
   int64_t median_climbs() const { return median_climbs_; }
   int64_t descents() const { return descents_; }
+  // Of the descents, those from a step where some kind was over its target (the step below
+  // on record as no worse, or unrecorded).
+  int64_t unhelpful_descents() const { return unhelpful_descents_; }
   int64_t probes() const { return probes_; }
   // Seconds spent at each step of the ladder until now_s (where the controller settles).
   std::vector<double> seconds_at_steps(double now_s) const;
@@ -234,7 +254,7 @@ class LatencyController {
     std::size_t judged = 0;
     std::size_t within = 0;
     double last_s = -1e300;
-    std::size_t at_top = 0;      // samples at the top step
+    std::size_t at_top = 0;      // samples at the top step, or where no climb helps
     std::size_t over_at_top = 0; // of them over target
     bool infeasible = false;
     std::string reason;
@@ -260,6 +280,13 @@ class LatencyController {
   // The kind's median while the controller last held `step`, where that record is recent
   // and rests on enough jobs (else none).
   std::optional<double> median_at(const Kind& k, int step, double now_s) const;
+  // The kind's mean excess over `target` while the controller last held `step`, where that
+  // record is recent and rests on record_jobs jobs (else none).
+  std::optional<double> excess_at(const Kind& k, int step, double target, double now_s) const;
+  // Whether the step above is on record as no better for the kind than the current one.
+  bool above_no_better(const Kind& k, double target, double now_s) const;
+  // Whether every active kind's record at the step below is no worse than here, or missing.
+  bool below_no_worse(double now_s) const;
   // Climbs up to `steps` steps; false where it was at the top already.
   bool climb(int steps, double now_s);
   // Moves to `step`, adding the time at the step left to its account.
@@ -297,6 +324,8 @@ class LatencyController {
   std::vector<ControlStep> ladder_;
   std::map<std::string, Kind> kinds_;
   int step_ = 0;
+  bool climb_unhelpful_ = false;  // a spent budget did not climb: the step above is no better
+  bool trying_below_ = false;     // came down from a step over target: climbs wait for this step's record
   double step_since_s_ = 0.0;
   std::size_t samples_at_step_ = 0;
   int settle_left_ = 0;
@@ -312,6 +341,7 @@ class LatencyController {
   int64_t climbs_ = 0;
   int64_t median_climbs_ = 0;
   int64_t descents_ = 0;
+  int64_t unhelpful_descents_ = 0;
   std::map<std::string, BestEffortKind> best_effort_;
   int ceiling_ = -1;
   std::string trial_;               // the kind on trial ("" none)

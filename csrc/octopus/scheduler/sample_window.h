@@ -34,6 +34,14 @@ class SampleWindow {
     return sorted[k];
   }
 
+  // The mean of max(0, sample / threshold - 1) over the samples kept (0 before the first):
+  // how far past `threshold` they go, the share past it and the distance alike.
+  double mean_excess(double threshold) const {
+    double sum = 0.0;
+    for (const double s : samples_) sum += std::max(0.0, s / threshold - 1.0);
+    return samples_.empty() ? 0.0 : sum / static_cast<double>(samples_.size());
+  }
+
   std::size_t count() const { return count_; }  // every sample ever added
   std::size_t size() const { return samples_.size(); }  // the samples kept
 

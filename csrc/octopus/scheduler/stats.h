@@ -23,6 +23,7 @@ struct ControlStats {
   bool probing = false;
   int64_t climbs = 0, descents = 0, probes = 0;
   int64_t median_climbs = 0;        // of the climbs, those for a median over its bound
+  int64_t unhelpful_descents = 0;   // of the descents, those from a step that was over target (the one below no worse)
   std::vector<double> seconds_at_steps;  // time spent at each step so far
   double best_effort_units = 0.0;  // units of the best-effort slices started so far
   std::vector<int> reserves;       // the SMs each partition made keeps free of best-effort work

@@ -420,6 +420,7 @@ SchedulerStats StreamScheduler::stats() const {
       cs.steps = static_cast<int>(d.controller->ladder().size());
       cs.climbs = d.controller->climbs();
       cs.median_climbs = d.controller->median_climbs();
+      cs.unhelpful_descents = d.controller->unhelpful_descents();
       cs.seconds_at_steps = d.controller->seconds_at_steps(s.micros(Clock::now()) * 1e-6);
       cs.descents = d.controller->descents();
       cs.probes = d.controller->probes();

@@ -455,7 +455,8 @@ class StreamScheduler:
         under ``control``, the latency controller: its step of how many (``steps``), what
         that step means (``slice_budget_s``, ``in_flight``, ``reserved_sms``, ``throttle``),
         whether it probes, its climbs (``median_climbs`` of them for a median over its bound,
-        the others for a spent error budget), descents and probes, the seconds it spent at
+        the others for a spent error budget), descents (``unhelpful_descents`` of them from a
+        step over target whose step below was on record as no worse) and probes, the seconds it spent at
         each step (``seconds_at_steps``), the best-effort units started, and
         per latency-critical kind its target, p99 alone and recently, samples and
         ``attainment`` (the share within target), whether its target is infeasible, whether

@@ -85,8 +85,9 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
 
 def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     """Where the latency controller spent the run: its final step, the share of the time at
-    each step, its climbs (those for a median over its bound) and descents, and the BE kinds
-    it released (where it tried any)."""
+    each step, its climbs (those for a median over its bound) and descents (those from a step
+    over target whose step below was on record as no worse), and the BE kinds it released
+    (where it tried any)."""
     if not control or not control.get("enabled") or "seconds_at_steps" not in control:
         return ""
     seconds = control["seconds_at_steps"]
@@ -94,6 +95,8 @@ def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     shares = " ".join(f"{100 * t / total:.0f}" for t in seconds)
     path = (f" | step {control['step']}/{control['steps'] - 1}, % of time per step [{shares}], "
             f"climbs {control['climbs']} ({control['median_climbs']} median), descents {control['descents']}")
+    if control.get("unhelpful_descents"):  # from a step over target, the step below on record as no worse
+        path += f" ({control['unhelpful_descents']} from steps over target)"
     released = control.get("best_effort_kinds") or {}
     if any(b["trials"] for b in released.values()):  # the BE kinds it tried releasing: tries, undone
         path += (" | released " + (", ".join(name for name, b in released.items() if b["released"]) or "none") +
