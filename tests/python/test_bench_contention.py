@@ -132,6 +132,11 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
         assert job["start_p99_ms"] <= job["p99_ms"]
     assert controller["lc"]  # (at least one LC job had samples in the window)
     assert set(controller["be_per_s"]) == {"matmul", "ragged"} and all(v > 0 for v in controller["be_per_s"].values())
+    slicing = controller["be_slicing"]  # the scheduler's measure of each BE job's slices
+    assert set(slicing) == {"matmul", "ragged"}
+    for measured in slicing.values():
+        assert measured["host_seconds_per_slice"] is None or 0 < measured["host_seconds_per_slice"] < 10
+    assert "be_slicing" not in result["modes"][2]  # priority streams: no scheduler
     assert "ragged" in result["lc_alone"]
     assert set(FAMILIES) == {"mlp", "convnet"}
 

@@ -217,6 +217,11 @@ class Runner:
                 time.sleep(self.measure_s)
             t1 = time.perf_counter()
             control = sched.stats()["devices"][0]["control"] if sched is not None else None
+            # How the scheduler measured each BE job's slices (where it sliced them): device
+            # seconds per unit, and the host's seconds per slice (slices are kept twice as long).
+            slicing = {job.name: dict(seconds_per_unit=sched.seconds_per_unit(job.name),
+                                      host_seconds_per_slice=sched.host_seconds_per_slice(job.name))
+                       for job in self.be_jobs} if sched is not None and mode.be == "lease" else None
         finally:
             stop.set()
             for t in threads:
@@ -245,5 +250,7 @@ class Runner:
             row["stalls"] = [dict(d, at_s=d["at_s"] - t0) for d in stalls]  # at_s: from the window's start
         if control is not None:
             row["control"] = control
+        if slicing is not None:
+            row["be_slicing"] = slicing
         return row
 
