@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "octopus/core/checks.h"
@@ -291,16 +292,16 @@ void bind_scheduler(py::module_& m) {
                          bool best_effort) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes,
                                                           deadline, best_effort);
-             py::gil_scoped_release unlocked;
-             return s.acquire(r);
+             std::optional<py::gil_scoped_release> unlocked;  // only where it may wait
+             return s.acquire(r, [&] { unlocked.emplace(); });
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
            py::arg("deadline"), py::arg("best_effort"))
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                              int device, int64_t bytes, std::optional<double> deadline, bool best_effort) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,
                                                           bytes, deadline, best_effort);
-             py::gil_scoped_release unlocked;
-             return s.try_acquire(r);
+             std::optional<py::gil_scoped_release> unlocked;  // only before something slow
+             return s.try_acquire(r, [&] { unlocked.emplace(); });
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("device"), py::arg("bytes"),
            py::arg("deadline"), py::arg("best_effort"))
       .def("register_kind", &sched::StreamScheduler::register_kind, py::arg("kind"), py::arg("occupancy"))

@@ -74,6 +74,37 @@ TEST(StreamScheduler, GrantsUpToTheLeaseLimit) {
   EXPECT_EQ(s.devices[0].peak_leases, 3);
 }
 
+TEST(StreamScheduler, BeforeBlockingIsCalledOnlyWhereTheRequestWaits) {
+  // Python's binding releases the GIL in before_blocking: a lease granted at once keeps it.
+  auto f = make(leases(1));
+  std::atomic<int> calls{0};
+  const auto count = [&] { calls += 1; };
+  Lease first = f.scheduler->acquire(request(), count);
+  EXPECT_EQ(calls, 0) << "granted at once: nothing to wait for";
+  std::atomic<bool> granted{false};
+  std::atomic<int> calls_before_grant{-1};
+  std::thread waiter([&] {
+    Lease second = f.scheduler->acquire(request(), [&] {
+      calls += 1;
+      calls_before_grant.store(granted.load() ? 1 : 0);
+    });
+    granted.store(true);
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(granted.load());
+  EXPECT_EQ(calls, 1) << "called once, before the wait";
+  EXPECT_EQ(calls_before_grant.load(), 0);
+  first.release();
+  waiter.join();
+  EXPECT_TRUE(granted.load());
+  EXPECT_EQ(calls, 1);
+  // Several devices: called before sampling their utilization, once.
+  auto g = make(leases(2), 2);
+  calls = 0;
+  Lease on_two = g.scheduler->acquire(request(), count);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(StreamScheduler, HighPriorityLeasesGetHighPriorityStreams) {
   auto f = make(leases(2));
   Lease normal = f.scheduler->acquire(request("k", 0));

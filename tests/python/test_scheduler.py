@@ -4,6 +4,7 @@ the stream behaviour runs on CUDA."""
 
 import json
 import random
+import sys
 import threading
 import time
 
@@ -132,6 +133,40 @@ def test_the_gil_is_released_while_waiting():
     held.release()
     waiter.join()
     assert spins == 10_000
+
+
+def test_a_lease_granted_at_once_keeps_the_gil():
+    # Giving the GIL up for an acquire that does not wait let any thread running Python take it,
+    # and the caller (latency-critical work, say) waited for it back up to the switch interval.
+    # Here a thread spins in Python; with a switch interval of 1 s it runs only where this
+    # thread gives the GIL up.
+    sched = simulated(2)
+    spins, stop, started = [0], threading.Event(), threading.Event()
+
+    def spin():
+        started.set()
+        while not stop.is_set():
+            spins[0] += 1
+
+    interval = sys.getswitchinterval()
+    spinner = threading.Thread(target=spin)
+    sys.setswitchinterval(1.0)
+    try:
+        spinner.start()
+        started.wait()
+        time.sleep(0.01)  # (a sleep gives the GIL up: the spinner runs, then hands it back after 1 s)
+        before = spins[0]
+        for _ in range(5):
+            with sched.acquire("lc", priority="high"):
+                pass
+            with sched.try_acquire("lc", priority="high"):
+                pass
+        after = spins[0]
+        stop.set()
+    finally:
+        sys.setswitchinterval(interval)
+        spinner.join()
+    assert after == before, f"the spinner ran {after - before} times during 10 uncontended acquires"
 
 
 def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():

@@ -202,14 +202,22 @@ StreamScheduler::~StreamScheduler() {
   if (controller_.joinable()) controller_.join();
 }
 
-Lease StreamScheduler::acquire(const AcquireRequest& request) {
+Lease StreamScheduler::acquire(const AcquireRequest& request, const std::function<void()>& before_blocking) {
   detail::State& s = *state_;
   const double timeout = request.timeout_s.value_or(s.config.timeout_s);
   if (std::isnan(timeout)) throw std::invalid_argument("octopus StreamScheduler: timeout must be a number of seconds");
   if (request.deadline_s && std::isnan(*request.deadline_s)) {
     throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
   }
-  if (s.devices.size() > 1) s.utilization->refresh();  // outside the lock: NVML may be slow
+  bool blocking = false;
+  const auto block = [&] {
+    if (!blocking && before_blocking) before_blocking();
+    blocking = true;
+  };
+  if (s.devices.size() > 1) {  // outside the lock: NVML may be slow
+    block();
+    s.utilization->refresh();
+  }
   detail::Waiter w;
   w.request = &request;
   w.work_class = work_class_of(request);
@@ -228,6 +236,11 @@ Lease StreamScheduler::acquire(const AcquireRequest& request) {
     s.counters.waited += 1;
     s.counters.waiting += 1;
     if (w.work_class == WorkClass::LatencyCritical) s.count_waiting(w);
+    if (before_blocking && !blocking) {  // (a grant while unlocked is seen below)
+      lock.unlock();
+      block();
+      lock.lock();
+    }
     // Free memory changes without a lease coming back, so memory waits poll.
     const bool poll = s.policy.memory_check_needed(request);
     const auto poll_step = detail::duration_of(s.config.memory_poll_interval_s);
@@ -265,12 +278,16 @@ Lease StreamScheduler::acquire(const AcquireRequest& request) {
   return Lease(state_, w.grant);
 }
 
-std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request) {
+std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request,
+                                                  const std::function<void()>& before_blocking) {
   detail::State& s = *state_;
   if (request.deadline_s && std::isnan(*request.deadline_s)) {
     throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
   }
-  if (s.devices.size() > 1) s.utilization->refresh();
+  if (s.devices.size() > 1) {  // NVML may be slow
+    if (before_blocking) before_blocking();
+    s.utilization->refresh();
+  }
   detail::Waiter w;
   w.request = &request;
   w.work_class = work_class_of(request);

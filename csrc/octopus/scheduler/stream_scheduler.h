@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,11 +102,16 @@ class StreamScheduler {
   StreamScheduler& operator=(const StreamScheduler&) = delete;
 
   // Blocks until the lease can be granted; throws LeaseTimeout when the timeout expires,
-  // DeadlineMissed when the deadline cannot be met.
-  Lease acquire(const AcquireRequest& request);
+  // DeadlineMissed when the deadline cannot be met. `before_blocking`, where given, is called
+  // once (without the scheduler's lock) before anything that may take long: waiting for the
+  // grant, or sampling several devices' utilization. Python's binding releases the GIL there
+  // only: a lease granted at once keeps it (giving it up cost a latency-critical thread a
+  // wait for it back, behind any thread running Python, up to the switch interval).
+  Lease acquire(const AcquireRequest& request, const std::function<void()>& before_blocking = {});
   // Grants only if that needs no wait (and no earlier caller served before it is waiting
-  // for the device); never blocks. An infeasible deadline throws DeadlineMissed here too.
-  std::optional<Lease> try_acquire(const AcquireRequest& request);
+  // for the device); never blocks (`before_blocking` as for acquire: before sampling several
+  // devices' utilization). An infeasible deadline throws DeadlineMissed here too.
+  std::optional<Lease> try_acquire(const AcquireRequest& request, const std::function<void()>& before_blocking = {});
 
   // A fixed occupancy estimate (0..1] per lease of `kind`.
   void register_kind(const std::string& kind, double occupancy);

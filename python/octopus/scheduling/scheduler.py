@@ -283,7 +283,9 @@ class StreamScheduler:
     def acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *, priority: int | str = "normal",
                 timeout: float | None = DEFAULT, device: int | torch.device | None = None, bytes: int = 0,
                 deadline: float | None = None, best_effort: bool = False) -> Lease:
-        """Leases a stream, waiting (GIL released) while the device is at capacity.
+        """Leases a stream, waiting (GIL released) while the device is at capacity. A lease
+        granted at once keeps the GIL throughout (giving it up would let a thread running
+        Python take it, and this caller wait for it back).
 
         ``shape`` sizes the work for kinds registered with a kernel profile; ``priority``
         is ``"high"`` (latency-critical: a high-priority stream, and best-effort holders on
