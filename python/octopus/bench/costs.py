@@ -1,20 +1,26 @@
-"""What the scheduler's own calls cost from Python: an uncontended acquire + release, a
-best-effort checkpoint with nothing to wait for, and the Batcher per request."""
+"""What the scheduler's own calls cost from Python: an uncontended acquire + release (alone,
+and beside a thread running Python), a best-effort checkpoint with nothing to wait for, the
+Batcher per request, and how late a thread wakes beside one running Python."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import threading
 import time
+from typing import Iterator
 
 import torch
 
 import octopus
 
 
-def lease_overhead(backend: str, iterations: int = 20000) -> dict:
-    """Median cost of one uncontended acquire + release, in microseconds."""
+def lease_overhead(backend: str, iterations: int = 20000, beside_busy: int = 2000) -> dict:
+    """Median cost of one uncontended acquire + release, in microseconds; and its p50 / p99
+    (nearest rank) beside a thread running pure Python at the 0.2 ms switch interval, where
+    an acquire that gave the GIL up would wait for it back."""
+    from .._timing import percentile
     with octopus.StreamScheduler(4, backend=backend) as sched:
         cpp = statistics.median(sched._impl.time_acquire_release("overhead", 50, max(1, iterations // 50))) / 1e3
         samples = []
@@ -24,7 +30,38 @@ def lease_overhead(backend: str, iterations: int = 20000) -> dict:
                 with sched.acquire("overhead"):
                     pass
             samples.append((time.perf_counter() - start) / max(1, iterations // 50) * 1e6)
-    return dict(backend=backend, cpp_us=cpp, python_us=statistics.median(samples))
+        busy_us = []
+        with _busy_thread(2e-4):
+            for _ in range(beside_busy):
+                start = time.perf_counter()
+                with sched.acquire("overhead"):
+                    pass
+                busy_us.append((time.perf_counter() - start) * 1e6)
+    return dict(backend=backend, cpp_us=cpp, python_us=statistics.median(samples),
+                beside_busy_p50_us=percentile(busy_us, 50), beside_busy_p99_us=percentile(busy_us, 99))
+
+
+@contextlib.contextmanager
+def _busy_thread(switch_interval: float) -> Iterator[None]:
+    """A thread running pure Python (a best-effort thread preparing its work) for the block, at
+    this GIL switch interval."""
+    before = sys.getswitchinterval()
+    stop = threading.Event()
+
+    def busy() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+
+    thread = threading.Thread(target=busy, daemon=True)
+    sys.setswitchinterval(switch_interval)
+    try:
+        thread.start()
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(before)
 
 
 def batcher_overhead(backend: str, requests: int = 2000) -> dict:
@@ -78,25 +115,10 @@ def gil_wakeup(switch_interval: float, wakeups: int = 300) -> dict:
     GIL switch interval: what a latency-critical thread meets beside a best-effort one that
     prepares its work in Python. The p50 and p99 lateness in ms (nearest rank)."""
     from .._timing import percentile
-    before = sys.getswitchinterval()
-    stop = threading.Event()
-
-    def busy() -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-
-    thread = threading.Thread(target=busy, daemon=True)
     late = []
-    sys.setswitchinterval(switch_interval)
-    try:
-        thread.start()
+    with _busy_thread(switch_interval):
         for _ in range(wakeups):
             due = time.perf_counter() + 1e-3
             time.sleep(1e-3)
             late.append((time.perf_counter() - due) * 1e3)
-    finally:
-        stop.set()
-        thread.join()
-        sys.setswitchinterval(before)
     return dict(switch_interval_s=switch_interval, late_p50_ms=percentile(late, 50), late_p99_ms=percentile(late, 99))

@@ -144,7 +144,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{w['workload']}, {job} the only BE job:")
             print(report.format_table(rows))
     for o in overhead:
-        print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us")
+        print(f"acquire + release ({o['backend']}): C++ {o['cpp_us']:.2f} us, Python {o['python_us']:.2f} us; "
+              f"beside a thread running Python (0.2 ms switch interval): p50 {o['beside_busy_p50_us']:.2f} us, "
+              f"p99 {o['beside_busy_p99_us']:.2f} us")
     for c in checkpoints:
         print(f"best-effort checkpoint ({c['backend']}): {c['checkpoint_us']:.2f} us")
     for w in wakeups:
