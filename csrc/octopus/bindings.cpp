@@ -71,6 +71,7 @@ void put_step(py::dict& out, const sched::ControlStep& step) {
   out["in_flight"] = step.in_flight;
   out["reserved_sms"] = step.reserved_sms;
   out["throttle"] = sched::throttle_mode_name(step.throttle);
+  out["device_yield"] = step.device_yield;
 }
 
 py::dict control_dict(const sched::ControlStats& c) {
@@ -161,6 +162,7 @@ void bind_config(py::module_& m) {
                     })
       .def_readwrite("best_effort_in_flight", &C::best_effort_in_flight)
       .def_readwrite("reserved_sms", &C::reserved_sms)
+      .def_readwrite("device_yield", &C::device_yield)
       .def_readwrite("best_effort_max_pause_s", &C::best_effort_max_pause_s)
       .def_readwrite("latency_control", &C::latency_control)
       .def_readwrite("latency_ratio", &C::latency_ratio)
@@ -227,6 +229,9 @@ py::dict stats_dict(const sched::SchedulerStats& s) {
     dd["free_bytes"] = d.free_bytes;
     dd["total_bytes"] = d.total_bytes;
     dd["partition_sms"] = d.partition_sms;
+    dd["yield_gate"] = d.yield_gate;
+    dd["gate_closes"] = d.gate_closes;
+    dd["yielding_launches"] = d.yielding_launches;
     dd["utilization"] = optional_number(d.utilization);
     dd["control"] = control_dict(d.control);
     devices.append(dd);

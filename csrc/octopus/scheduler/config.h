@@ -67,7 +67,12 @@ struct SchedulerConfig {
   std::optional<ThrottleMode> throttle;
   std::optional<int> best_effort_in_flight;
   std::optional<int> reserved_sms;
-  // The longest one pause lasts (negative: no limit) before the holder runs one more slice anyway.
+  // Whether octopus's ragged kernels on best-effort streams step aside on the device while
+  // latency-critical leases are held there (yield_gate.h). Unset: the latency controller's
+  // step decides (off without latency control); set, it is pinned.
+  std::optional<bool> device_yield;
+  // The longest one pause lasts (negative: no limit) before the holder runs one more slice
+  // anyway; it also caps how long a yielded kernel waits for the device's gate (yield_gate.h).
   double best_effort_max_pause_s = 0.25;
   // Latency control (latency_controller.h): best-effort work held back as far as the
   // latency-critical kinds' targets need, measured from their completions. A kind's target

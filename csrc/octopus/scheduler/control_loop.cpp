@@ -66,6 +66,7 @@ void State::setup_control() {
         d.partition_streams.resize(static_cast<std::size_t>(n));
         for (int k = 0; k < n; ++k) {
           d.partition_streams[static_cast<std::size_t>(k)].push_back(backend->create_partition_stream(d.device, reserve));
+          if (d.yield_gate) register_yield_stream(d.partition_streams[static_cast<std::size_t>(k)].back(), d.yield_gate);
         }
       }
     }
@@ -92,17 +93,17 @@ void State::apply_control(DeviceState& d, Clock::time_point now) {
     if (config.throttle) s->throttle = *config.throttle;
     if (config.best_effort_in_flight) s->in_flight = *config.best_effort_in_flight;
     if (config.reserved_sms) s->reserved_sms = d.reserves.empty() ? 0 : d.reserves.front();
+    if (config.device_yield) s->device_yield = *config.device_yield;
   }
-  const auto differs = [](const ControlStep& a, const ControlStep& b) {
-    return a.slice_budget_s != b.slice_budget_s || a.in_flight != b.in_flight || a.reserved_sms != b.reserved_sms ||
-           a.throttle != b.throttle;
-  };
   const bool probing = d.controller && d.controller->probing();
   const int64_t release_changes = d.controller ? d.controller->release_changes() : 0;
-  const bool changed = differs(step, d.control) || differs(released, d.released_control) || probing != d.probing ||
-                       release_changes != d.release_changes;  // a kind released or held again
+  const bool changed = !same_settings(step, d.control) || !same_settings(released, d.released_control) ||
+                       probing != d.probing || release_changes != d.release_changes;  // a kind released or held again
   d.control = step;
   d.released_control = released;
+  // Best-effort kernels read the gate where any best-effort work of the device yields now
+  // (latency-critical leases close it only where d.control says so).
+  if (d.yield_gate) d.yield_gate->active.store(step.device_yield || released.device_yield);
   d.release_changes = release_changes;
   d.probing = probing;
   if (!changed) return;

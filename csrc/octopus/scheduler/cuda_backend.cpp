@@ -1,5 +1,7 @@
 #include "octopus/scheduler/cuda_backend.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <stdexcept>
@@ -125,6 +127,53 @@ MemoryInfo CudaBackend::memory_info(int device) {
 std::optional<double> CudaBackend::utilization(int device) {
   if (!use_nvml_) return std::nullopt;
   return Nvml::instance().utilization(pci_bus_ids_.at(static_cast<std::size_t>(device)));
+}
+
+uint32_t* CudaBackend::create_gate(int device, int words) {
+#if CUDART_VERSION >= 12050
+  std::call_once(write_value_once_, [this] {
+    try {
+      write_value_ = reinterpret_cast<void*>(
+          cuda_detail::driver_entry_point<PFN_cuStreamWriteValue32_v11070>("cuStreamWriteValue32", 12000));
+    } catch (const std::exception&) {
+      write_value_ = nullptr;  // no gate: best-effort kernels do not yield on the device
+    }
+  });
+  if (write_value_ == nullptr) return nullptr;
+  DeviceGuard guard(device);
+  RelaxedCaptureMode relaxed;
+  void* memory = nullptr;
+  const std::size_t bytes = sizeof(uint32_t) * static_cast<std::size_t>(words);
+  check(cudaMalloc(&memory, bytes), "cudaMalloc (the yield gate)");
+  check(cudaMemset(memory, 0, bytes), "cudaMemset (the yield gate)");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (the yield gate)");
+  return static_cast<uint32_t*>(memory);
+#else
+  (void)device;
+  (void)words;
+  return nullptr;
+#endif
+}
+
+void CudaBackend::write_gate(int, StreamHandle stream, uint32_t* word, uint32_t value) {
+#if CUDART_VERSION >= 12050
+  // A stream being captured would record the write in its graph instead of doing it; the
+  // gate is left alone then (a lease's stream is captured only by a caller's own doing).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) return;
+  const auto write = reinterpret_cast<PFN_cuStreamWriteValue32_v11070>(write_value_);
+  const CUresult status = write(static_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(word), value,
+                                CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (status != CUDA_SUCCESS) {
+    throw std::runtime_error("octopus StreamScheduler: cuStreamWriteValue32 (the yield gate) failed with CUresult " +
+                             std::to_string(static_cast<int>(status)));
+  }
+#else
+  (void)stream;
+  (void)word;
+  (void)value;
+#endif
 }
 
 }  // namespace octopus::scheduler

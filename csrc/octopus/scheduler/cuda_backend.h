@@ -36,12 +36,19 @@ class CudaBackend final : public DeviceBackend {
   MemoryInfo memory_info(int device) override;
   // A direct NVML query (the scheduler rate-limits it and calls it outside its lock).
   std::optional<double> utilization(int device) override;
+  // Device memory, written by the driver's cuStreamWriteValue32 (a stream memory operation:
+  // no kernel, so a close is not queued behind best-effort blocks for an SM). Null where the
+  // driver has no such call.
+  uint32_t* create_gate(int device, int words) override;
+  void write_gate(int device, StreamHandle stream, uint32_t* word, uint32_t value) override;
 
  private:
   int device_count_ = 0;
   bool use_nvml_ = false;
   std::vector<std::string> pci_bus_ids_;
   std::mutex partitions_mutex_;
+  std::once_flag write_value_once_;
+  void* write_value_ = nullptr;  // the driver's cuStreamWriteValue32, where it has one
   // By device, then by the SMs each leaves free; never destroyed (see green_context.h).
   std::vector<std::map<int, std::unique_ptr<GreenContextPartition>>> partitions_;
 };

@@ -52,4 +52,30 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
+// CUDA versions as the driver counts them (1000 * major + 10 * minor), as text.
+inline std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+#if CUDART_VERSION >= 12050
+// The driver's `symbol` of CUDA `version`, through the runtime (octopus does not link libcuda).
+// Throws std::runtime_error naming what is missing.
+template <typename Function>
+Function driver_entry_point(const char* symbol, int version) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t status =
+      cudaGetDriverEntryPointByVersion(symbol, &function, static_cast<unsigned int>(version), cudaEnableDefault, &found);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string("looking up the driver's ") + symbol + " failed: " + cudaGetErrorString(status));
+  }
+  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+    throw std::runtime_error(std::string("the CUDA driver has no ") + symbol + " for CUDA " + cuda_version_text(version) +
+                             (found == cudaDriverEntryPointVersionNotSufficent ? " (the driver is too old)" : ""));
+  }
+  return reinterpret_cast<Function>(function);
+}
+#endif
+
 }  // namespace octopus::scheduler::cuda_detail

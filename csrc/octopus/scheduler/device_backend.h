@@ -53,6 +53,13 @@ class DeviceBackend {
   // GPU utilization in [0, 1] over the driver's last sample period, where known. May be
   // slow (NVML): the scheduler never calls it while holding its lock.
   virtual std::optional<double> utilization(int device) = 0;
+  // The device's yield gate (yield_gate.h): `words` 32-bit words of device memory, zeroed,
+  // kept for the life of the process (kernels queued before a scheduler's end may still read
+  // them). Null where the backend has none: best-effort kernels then never yield on the device.
+  virtual uint32_t* create_gate(int /*device*/, int /*words*/) { return nullptr; }
+  // Queues a write of `value` to `word` on `stream`, ordered after the work queued there
+  // before it and done without a kernel (it must not wait for an SM).
+  virtual void write_gate(int /*device*/, StreamHandle /*stream*/, uint32_t* /*word*/, uint32_t /*value*/) {}
 };
 
 }  // namespace octopus::scheduler

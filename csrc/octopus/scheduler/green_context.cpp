@@ -16,31 +16,12 @@ namespace octopus::scheduler {
 
 namespace {
 
-// CUDA versions as the driver counts them (1000 * major + 10 * minor).
 constexpr int kGreenContextDriver = 12050;  // cuGreenCtxStreamCreate is the newest call used
 
-std::string cuda_version_text(int version) {
-  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
-}
-
-template <typename Function>
-Function entry_point(const char* symbol, int version) {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  const cudaError_t status =
-      cudaGetDriverEntryPointByVersion(symbol, &function, static_cast<unsigned int>(version), cudaEnableDefault, &found);
-  if (status != cudaSuccess) {
-    cudaGetLastError();
-    throw std::runtime_error(std::string("looking up the driver's ") + symbol + " failed: " + cudaGetErrorString(status));
-  }
-  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
-    throw std::runtime_error(std::string("the CUDA driver has no ") + symbol + " for CUDA " + cuda_version_text(version) +
-                             (found == cudaDriverEntryPointVersionNotSufficent ? " (the driver is too old)" : ""));
-  }
-  return reinterpret_cast<Function>(function);
-}
-
 }  // namespace
+
+using cuda_detail::cuda_version_text;
+using cuda_detail::driver_entry_point;
 
 struct GreenContextPartition::Driver {
   PFN_cuGetErrorName_v6000 error_name = nullptr;
@@ -52,13 +33,13 @@ struct GreenContextPartition::Driver {
   PFN_cuGreenCtxStreamCreate_v12050 green_stream_create = nullptr;
 
   Driver() {
-    error_name = entry_point<PFN_cuGetErrorName_v6000>("cuGetErrorName", 6000);
-    device_get = entry_point<PFN_cuDeviceGet_v2000>("cuDeviceGet", 2000);
-    device_resource = entry_point<PFN_cuDeviceGetDevResource_v12040>("cuDeviceGetDevResource", 12040);
-    split_by_count = entry_point<PFN_cuDevSmResourceSplitByCount_v12040>("cuDevSmResourceSplitByCount", 12040);
-    generate_desc = entry_point<PFN_cuDevResourceGenerateDesc_v12040>("cuDevResourceGenerateDesc", 12040);
-    green_context_create = entry_point<PFN_cuGreenCtxCreate_v12040>("cuGreenCtxCreate", 12040);
-    green_stream_create = entry_point<PFN_cuGreenCtxStreamCreate_v12050>("cuGreenCtxStreamCreate", 12050);
+    error_name = driver_entry_point<PFN_cuGetErrorName_v6000>("cuGetErrorName", 6000);
+    device_get = driver_entry_point<PFN_cuDeviceGet_v2000>("cuDeviceGet", 2000);
+    device_resource = driver_entry_point<PFN_cuDeviceGetDevResource_v12040>("cuDeviceGetDevResource", 12040);
+    split_by_count = driver_entry_point<PFN_cuDevSmResourceSplitByCount_v12040>("cuDevSmResourceSplitByCount", 12040);
+    generate_desc = driver_entry_point<PFN_cuDevResourceGenerateDesc_v12040>("cuDevResourceGenerateDesc", 12040);
+    green_context_create = driver_entry_point<PFN_cuGreenCtxCreate_v12040>("cuGreenCtxCreate", 12040);
+    green_stream_create = driver_entry_point<PFN_cuGreenCtxStreamCreate_v12050>("cuGreenCtxStreamCreate", 12050);
   }
 
   void check(CUresult status, const char* what) const {

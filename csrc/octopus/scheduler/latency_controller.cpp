@@ -22,11 +22,6 @@ int nearest_reserve(int multiprocessors, const std::vector<int>& reserves, doubl
   return best;
 }
 
-bool same_step(const ControlStep& a, const ControlStep& b) {
-  return a.slice_budget_s == b.slice_budget_s && a.in_flight == b.in_flight && a.reserved_sms == b.reserved_sms &&
-         a.throttle == b.throttle;
-}
-
 // Of fewer alone samples than this, the nearest-rank p99 is their largest, and one host
 // hiccup in a probe (its thread preempted) would set the kind's target: below it the largest
 // is left out.
@@ -44,6 +39,11 @@ constexpr std::size_t kAloneSamplesToRefuse = 3;
 
 }  // namespace
 
+bool same_settings(const ControlStep& a, const ControlStep& b) {
+  return a.slice_budget_s == b.slice_budget_s && a.in_flight == b.in_flight && a.reserved_sms == b.reserved_sms &&
+         a.throttle == b.throttle && a.device_yield == b.device_yield;
+}
+
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves) {
   const auto reserve = [&](double fraction) { return nearest_reserve(multiprocessors, reserves, fraction); };
   // Ordered by what best-effort work gives up, as measured on an H100/H200 (benchmarks/):
@@ -51,21 +51,24 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
   // work loses about the share of SMs kept), then slices (every slice costs the BE holder
   // host time, and its Python thread holds the GIL a latency-critical thread may need),
   // then the in-flight bound, then pausing BE work while LC work waits, then while it runs.
+  // Every step above the first also has octopus's ragged BE kernels step aside on the device
+  // while LC work is there: what memory-bound BE work costs LC work (its DRAM bandwidth), no
+  // partition keeps from it, and that costs BE work no more than the LC work's own device time.
   const double whole = kWholeSliceS;
   const std::vector<ControlStep> steps = {
-      {whole, 2, 0, ThrottleMode::Off},
-      {whole, 2, reserve(0.06), ThrottleMode::Off},
-      {whole, 2, reserve(0.12), ThrottleMode::Off},
-      {whole, 2, reserve(0.18), ThrottleMode::Off},
-      {whole, 2, reserve(0.25), ThrottleMode::Off},
-      {4e-3, 2, reserve(0.25), ThrottleMode::Off},
-      {2e-3, 1, reserve(0.25), ThrottleMode::Waiting},
-      {1e-3, 1, reserve(0.25), ThrottleMode::Held},
-      {0.25e-3, 1, reserve(0.25), ThrottleMode::Held},
+      {whole, 2, 0, ThrottleMode::Off, false},
+      {whole, 2, reserve(0.06), ThrottleMode::Off, true},
+      {whole, 2, reserve(0.12), ThrottleMode::Off, true},
+      {whole, 2, reserve(0.18), ThrottleMode::Off, true},
+      {whole, 2, reserve(0.25), ThrottleMode::Off, true},
+      {4e-3, 2, reserve(0.25), ThrottleMode::Off, true},
+      {2e-3, 1, reserve(0.25), ThrottleMode::Waiting, true},
+      {1e-3, 1, reserve(0.25), ThrottleMode::Held, true},
+      {0.25e-3, 1, reserve(0.25), ThrottleMode::Held, true},
   };
   std::vector<ControlStep> ladder;
   for (const ControlStep& s : steps) {
-    if (ladder.empty() || !same_step(ladder.back(), s)) ladder.push_back(s);
+    if (ladder.empty() || !same_settings(ladder.back(), s)) ladder.push_back(s);
   }
   return ladder;
 }

@@ -56,7 +56,13 @@ struct ControlStep {
   int in_flight = 2;            // BE slices queued or running per holder at once
   int reserved_sms = 0;         // SMs kept free of BE work (0: BE may use every SM)
   ThrottleMode throttle = ThrottleMode::Off;  // when BE holders pause at checkpoints
+  // octopus's ragged kernels on BE streams step aside on the device while LC work is there
+  // (yield_gate.h): they stop at the next unit of work and resume once it has gone.
+  bool device_yield = false;
 };
+
+// Whether two steps hold best-effort work back alike.
+bool same_settings(const ControlStep& a, const ControlStep& b);
 
 // The default ladder for a device of `multiprocessors` SMs whose BE partitions can leave
 // `reserves` SMs free (ascending, without 0; empty where no partition can be made).

@@ -35,6 +35,9 @@ struct LeaseGrant {
   uint64_t best_effort_epoch = 0;
   // Its release event is timed, for the controller's device-clock stamp (device_clock.h).
   bool timed_release = false;
+  // A latency-critical lease granted while its device's best-effort work yields: the word of
+  // the device's gate (yield_gate.h) it closes on its stream and opens when it is returned.
+  uint32_t* gate_word = nullptr;
 };
 
 }  // namespace octopus::scheduler

@@ -17,6 +17,7 @@
 #include "octopus/scheduler/latency_controller.h"
 #include "octopus/scheduler/sample_window.h"
 #include "octopus/scheduler/wait_queue.h"
+#include "octopus/scheduler/yield_gate.h"
 
 namespace octopus::scheduler::detail {
 
@@ -45,6 +46,12 @@ struct DeviceState {
   ControlStep released_control;  // for best-effort kinds the controller released (same pins)
   int64_t release_changes = 0;   // the controller's release_changes() when last applied
   std::unique_ptr<LatencyController> controller;  // null where latency_control is off
+  // The device's yield gate (null where the backend has none): `gate_words` its words, one per
+  // latency-critical slot; `yield_gate` what the best-effort streams registered with it read.
+  uint32_t* gate_words = nullptr;
+  std::shared_ptr<YieldGateState> yield_gate;
+  int64_t gate_closes = 0;  // latency-critical leases that closed the gate
+  double recent_max_hold_s = 0.0;  // of its latency-critical leases (gate_wait_after_hold)
   bool probing = false;                 // best-effort holders pause and drain for a probe
   int best_effort_drained = 0;          // best-effort holders paused with nothing in flight
   int best_effort_releases_pending = 0; // returned best-effort leases whose work may still run

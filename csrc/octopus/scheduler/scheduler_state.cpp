@@ -136,6 +136,11 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.best_effort_idle = d.best_effort_idle;
   g.best_effort_epoch = d.best_effort_epoch;
   g.timed_release = w.work_class == WorkClass::LatencyCritical && d.controller && backend->times_events();
+  g.gate_word = nullptr;
+  if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield) {
+    g.gate_word = d.gate_words + (slot - first);  // its slot's word; closed by its holder (Lease::close_gate)
+    d.gate_closes += 1;
+  }
   w.granted = true;
   w.cv.notify_one();
 }
@@ -178,6 +183,10 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
     }
   }
   if (g.work_class == WorkClass::BestEffort) refresh_idle(d);
+  if (g.work_class == WorkClass::LatencyCritical && d.yield_gate) {
+    d.yield_gate->max_wait_s.store(gate_wait_after_hold(held, d.recent_max_hold_s, config.best_effort_max_pause_s),
+                                   std::memory_order_relaxed);
+  }
   TimelineEntry entry = lease_entry(g, TimelineEntry::Type::Lease);
   entry.queued = g.queued;
   entry.requested_us = g.requested_us;

@@ -146,4 +146,22 @@ void SimulatedBackend::set_partition_failure(std::string reason) {
   partition_failure_ = std::move(reason);
 }
 
+uint32_t* SimulatedBackend::create_gate(int device, int words) {
+  index(device);  // a clear error for a bad device
+  std::lock_guard<std::mutex> lock(mutex_);
+  gates_.push_back(std::make_unique<uint32_t[]>(static_cast<std::size_t>(words)));
+  return gates_.back().get();
+}
+
+void SimulatedBackend::write_gate(int device, StreamHandle stream, uint32_t* word, uint32_t value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *word = value;
+  gate_writes_.push_back(GateWrite{device, stream, word, value});
+}
+
+std::vector<SimulatedBackend::GateWrite> SimulatedBackend::gate_writes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return gate_writes_;
+}
+
 }  // namespace octopus::scheduler

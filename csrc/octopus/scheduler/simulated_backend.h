@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -46,8 +47,21 @@ class SimulatedBackend final : public DeviceBackend {
   void stream_wait_event(int, StreamHandle, EventHandle) override {}
   MemoryInfo memory_info(int device) override;
   std::optional<double> utilization(int device) override;
+  // Gates in host memory, written at once (no device runs behind them): the scheduler's side
+  // of device yield, tested without a GPU.
+  uint32_t* create_gate(int device, int words) override;
+  void write_gate(int device, StreamHandle stream, uint32_t* word, uint32_t value) override;
 
   static constexpr int kPartitionGranularity = 8;
+
+  // Test hook: every gate write so far, in order.
+  struct GateWrite {
+    int device;
+    StreamHandle stream;
+    const uint32_t* word;
+    uint32_t value;
+  };
+  std::vector<GateWrite> gate_writes();
 
   // Test hooks: what the next memory / utilization queries report.
   void set_free_memory(int device, std::size_t free_bytes);
@@ -88,6 +102,8 @@ class SimulatedBackend final : public DeviceBackend {
   };
   std::unordered_map<EventHandle, EventState> events_;
   std::vector<std::deque<std::pair<EventHandle, uint64_t>>> pending_;
+  std::vector<std::unique_ptr<uint32_t[]>> gates_;
+  std::vector<GateWrite> gate_writes_;
 };
 
 }  // namespace octopus::scheduler

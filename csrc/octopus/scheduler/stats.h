@@ -45,6 +45,11 @@ struct DeviceStats {
   std::size_t free_bytes = 0;   // the last sample taken (0 before any)
   std::size_t total_bytes = 0;
   int partition_sms = 0;        // SMs best-effort work runs on now (0: every SM: no partition)
+  // Device yield (yield_gate.h): whether the device has a gate, the latency-critical leases
+  // that closed it, and the launches of octopus kernels on its best-effort streams that yielded.
+  bool yield_gate = false;
+  int64_t gate_closes = 0;
+  int64_t yielding_launches = 0;
   std::optional<double> utilization;  // the last NVML sample, where available
   ControlStats control;
 };

@@ -10,6 +10,7 @@
 
 #include "octopus/scheduler/in_flight.h"
 #include "octopus/scheduler/scheduler_state.h"
+#include "octopus/scheduler/yield_gate.h"
 
 namespace octopus::scheduler {
 
@@ -74,6 +75,10 @@ double Lease::checkpoint(double units) {
   return paused;
 }
 
+void Lease::close_gate() {
+  if (grant_.gate_word != nullptr) state_->backend->write_gate(grant_.device, grant_.stream, grant_.gate_word, kYieldAll);
+}
+
 void Lease::drain() {
   detail::State& s = *state_;
   if (in_flight_) {
@@ -115,6 +120,7 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
   std::shared_ptr<ReleaseEvent> event;
   std::exception_ptr failure;
   try {
+    if (grant_.gate_word != nullptr) state->backend->write_gate(grant_.device, grant_.stream, grant_.gate_word, 0);
     EventHandle handle = state->events->take(grant_.device, grant_.timed_release);
     event = std::make_shared<ReleaseEvent>(state->events, grant_.device, handle, grant_.timed_release);
     state->backend->record_event(grant_.device, handle, grant_.stream);
@@ -168,6 +174,16 @@ StreamScheduler::StreamScheduler(SchedulerConfig config, std::shared_ptr<DeviceB
     for (int k = 0; k < 3 * n; ++k) {
       d.slots[static_cast<std::size_t>(k)].handle = s.backend->create_stream(d.device, k >= n && k < best_effort_first);
     }
+    // The yield gate: a word per latency-critical slot; the best-effort streams read it
+    // (partition streams are registered as setup_control makes them).
+    d.gate_words = s.backend->create_gate(d.device, n);
+    if (d.gate_words != nullptr) {
+      d.yield_gate = std::make_shared<YieldGateState>();
+      d.yield_gate->gate = YieldGate{d.gate_words, n};
+      for (int k = best_effort_first; k < 3 * n; ++k) {
+        register_yield_stream(d.slots[static_cast<std::size_t>(k)].handle, d.yield_gate);
+      }
+    }
   }
   s.setup_control();
   if (s.config.latency_control) controller_ = std::thread([state = state_] { state->control_loop(); });
@@ -200,6 +216,11 @@ StreamScheduler::~StreamScheduler() {
   state_->control_wake.notify_all();
   if (adapter_.joinable()) adapter_.join();
   if (controller_.joinable()) controller_.join();
+  // Launches on its streams no longer yield; leases still held keep the gates' words alive
+  // (they are never freed: kernels queued before now may read them).
+  for (const detail::DeviceState& d : state_->devices) {
+    if (d.yield_gate) unregister_yield_streams(d.yield_gate.get());
+  }
 }
 
 Lease StreamScheduler::acquire(const AcquireRequest& request, const std::function<void()>& before_blocking) {
@@ -275,7 +296,10 @@ Lease StreamScheduler::acquire(const AcquireRequest& request, const std::functio
     }
     s.counters.waiting -= 1;
   }
-  return Lease(state_, w.grant);
+  lock.unlock();
+  Lease lease(state_, w.grant);
+  lease.close_gate();
+  return lease;
 }
 
 std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request,
@@ -294,7 +318,7 @@ std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request,
   w.priority = request.priority;
   w.requested = Clock::now();
   if (request.deadline_s) w.deadline = w.requested + detail::duration_of(*request.deadline_s);
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   s.device_range(request);
   s.admit_deadline(w);
   s.queue.push(w);
@@ -305,7 +329,10 @@ std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request,
     s.schedule();
     return std::nullopt;
   }
-  return Lease(state_, w.grant);
+  lock.unlock();
+  Lease lease(state_, w.grant);
+  lease.close_gate();
+  return lease;
 }
 
 void StreamScheduler::register_kind(const std::string& kind, double occupancy) {
@@ -424,6 +451,9 @@ SchedulerStats StreamScheduler::stats() const {
     ds.free_bytes = d.memory.free_bytes;
     ds.total_bytes = d.memory.total_bytes;
     ds.partition_sms = d.control.reserved_sms > 0 ? d.multiprocessors - d.control.reserved_sms : 0;
+    ds.yield_gate = d.yield_gate != nullptr;
+    ds.gate_closes = d.gate_closes;
+    ds.yielding_launches = d.yield_gate ? d.yield_gate->launches.load(std::memory_order_relaxed) : 0;
     ds.utilization = s.utilization->value(i);
     ControlStats& cs = ds.control;
     cs.settings = d.control;

@@ -81,6 +81,9 @@ class Lease {
  private:
   friend class StreamScheduler;
   Lease(std::shared_ptr<detail::State> state, LeaseGrant grant);
+  // A latency-critical lease granted while best-effort work yields on its device closes its
+  // word of the device's gate on its stream (release() opens it after the lease's work).
+  void close_gate();
   // Waits until none of this lease's work is left on the device.
   void drain();
   // Later work goes on `stream`, after everything queued so far.

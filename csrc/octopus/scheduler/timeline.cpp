@@ -104,7 +104,8 @@ std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const s
         json << "{\"name\":\"latency control\",\"pid\":" << e.device << ",\"ph\":\"C\",\"ts\":" << e.granted_us
              << ",\"args\":{\"step\":" << e.step << ",\"slice_budget_ms\":" << e.control.slice_budget_s * 1e3
              << ",\"in_flight\":" << e.control.in_flight << ",\"reserved_sms\":" << e.control.reserved_sms
-             << ",\"throttle\":" << static_cast<int>(e.control.throttle) << ",\"probing\":" << (e.probing ? 1 : 0)
+             << ",\"throttle\":" << static_cast<int>(e.control.throttle)
+             << ",\"device_yield\":" << (e.control.device_yield ? 1 : 0) << ",\"probing\":" << (e.probing ? 1 : 0)
              << "}}";
         continue;
       case TimelineEntry::Type::Latency:

@@ -69,6 +69,13 @@ class SchedulerConfig:
             streams then run on a green context of the other SMs (0: no partition); raises
             RuntimeError naming the reason where the driver cannot (CUDA 12.5+ needed). None:
             the controller's (partitions where the driver can make them; none without it).
+        device_yield: pins whether octopus's ragged kernels launched on best-effort streams
+            step aside on the device while a latency-critical lease is held there: they stop
+            claiming work within a block of elements and continue once the lease's work is
+            done (or after a bound: twice the recent latency-critical holds, 1 to 10 ms), with
+            results bit for bit those of an ordinary launch (the guide's "Best-effort kernels
+            that step aside"). None: the controller's (on at every step but its first; off
+            without it).
         infeasible_deadline: ``"reject"`` (raise :class:`DeadlineMissed` at once) or
             ``"promote"`` (make it latency-critical) for a request whose deadline cannot be
             met by the estimate from its kind's recent hold times.
@@ -96,6 +103,7 @@ class SchedulerConfig:
     best_effort_in_flight: int | None = None
     best_effort_max_pause: float | None = _option(0.25, "best_effort_max_pause_s", _seconds_or_forever)
     reserved_sms: int | None = None
+    device_yield: bool | None = None
     infeasible_deadline: str = "reject"
     target_utilization: float | None = None
     min_leases_per_device: int = 1

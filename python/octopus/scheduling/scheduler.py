@@ -453,9 +453,12 @@ class StreamScheduler:
         recent leases, deadlines rejected / expired / late / promoted, and best-effort
         time throttled and pauses; and per device active/peak leases (best-effort and
         latency-critical ones too), the lease limit, occupancy in use, granted, the last
-        free-memory sample, the SMs best-effort work runs on (0: all), NVML utilization and,
-        under ``control``, the latency controller: its step of how many (``steps``), what
-        that step means (``slice_budget_s``, ``in_flight``, ``reserved_sms``, ``throttle``),
+        free-memory sample, the SMs best-effort work runs on (0: all), NVML utilization,
+        device yield (``yield_gate``: whether the device has a gate; ``gate_closes``: the
+        latency-critical leases that closed it; ``yielding_launches``: octopus kernels on
+        best-effort streams launched to yield) and, under ``control``, the latency controller:
+        its step of how many (``steps``), what that step means (``slice_budget_s``,
+        ``in_flight``, ``reserved_sms``, ``throttle``, ``device_yield``),
         whether it probes, its climbs (``median_climbs`` of them for a median over its bound,
         the others for a spent error budget), descents (``unhelpful_descents`` of them from a
         step over target whose step below was on record as no worse) and probes, the seconds it spent at
