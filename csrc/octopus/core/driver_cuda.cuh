@@ -11,6 +11,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -18,12 +19,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 
 #include "octopus/core/checks.h"
 #include "octopus/core/per_device.h"
 #include "octopus/core/plan.h"
 #include "octopus/core/tuning.h"
+#include "octopus/scheduler/yield_gate.h"
 
 namespace octopus::cuda {
 
@@ -311,6 +314,117 @@ __global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Loc, Op>::value) ragg
   }
 }
 
+// Yielding launches. On a best-effort stream of a StreamScheduler whose device yields now
+// (scheduler/yield_gate.h), the grid claims units from a counter instead of striding over
+// them, and a warp reads the device's gate before each claim: while a latency-critical lease
+// holds it closed the warp stops (after the unit it has) and the kernel ends early. A one-warp
+// kernel then waits on the stream for the gate to open (for at most the scheduler's bound; a
+// launch whose wait ran out waits no more: scheduler/yield_gate.h says why), and the next link,
+// the same kernel again, claims the units left. The last link never yields, so the launch's
+// work is done when its last link ends, whatever the gate did: stream order is kept, and each
+// unit is processed once, by the same code, so results are those of an ordinary launch, bit
+// for bit. Units are independent in every functor the driver runs (element-wise, or a
+// segment of one item), so the order in which warps claim them does not matter.
+struct YieldClaims {
+  unsigned long long* next;  // the next unit to claim (every link of a launch shares it)
+  int* claimed_all;          // set once a warp found every unit claimed (later links are no-ops)
+  int* waits_over;           // set once a wait ran out (later waits return at once)
+  const uint32_t* gate;      // the gate's words; null: this link never yields
+  int gate_words;
+};
+
+// The largest share of warps (of scheduler::kYieldAll) the gate asks to yield; 0: open.
+__device__ __forceinline__ uint32_t gate_share(const uint32_t* words, int count) {
+  uint32_t share = 0;
+  for (int i = 0; i < count; ++i) share = max(share, *reinterpret_cast<const volatile uint32_t*>(words + i));
+  return share;
+}
+
+// A warp's rank among the yield shares, in [0, kYieldAll): it yields while the share is above it.
+__device__ __forceinline__ uint32_t yield_rank(int64_t warp) {
+  static_assert(scheduler::kYieldAll == 1024, "the rank is the top 10 bits of a hash");
+  return static_cast<uint32_t>((static_cast<uint64_t>(warp) * 0x9E3779B97F4A7C15ull) >> 54);
+}
+
+template <class Loc, class Op>
+__global__ void __launch_bounds__(kThreads, MinBlocksPerSm<Loc, Op>::value)
+    ragged_claiming_kernel(const Loc loc, const Op op, const YieldClaims c) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t rank = yield_rank((int64_t{blockIdx.x} * kThreads + threadIdx.x) >> 5);
+  const int64_t units = loc.num_units();
+  // A link after the work is all claimed ends at once, without an atomic per warp on one word.
+  if (*reinterpret_cast<const volatile int*>(c.claimed_all) != 0) return;
+  while (true) {
+    long long u = -1;  // -1: yield
+    if (lane == 0 && (c.gate == nullptr || gate_share(c.gate, c.gate_words) <= rank)) {
+      u = static_cast<long long>(atomicAdd(c.next, 1ull));
+    }
+    u = __shfl_sync(0xffffffffu, u, 0);
+    if (u < 0) return;
+    if (u >= units) {
+      if (lane == 0) *reinterpret_cast<volatile int*>(c.claimed_all) = 1;
+      return;
+    }
+    loc.visit(op, loc.unit(u), lane);
+  }
+}
+
+// Between two links: a one-warp kernel that waits while the gate is closed to every warp and
+// units are left to claim, for at most max_wait_ns of the device's clock, unless an earlier
+// wait of the launch ran out (yield_wait.cu).
+void launch_yield_wait(const YieldClaims& claims, unsigned long long max_wait_ns, cudaStream_t stream);
+
+// Which launches may yield: the locators `auto` chooses among, and functors that do not say
+// Op::kYieldsOnDevice = false (the sampler step: its launches are not best-effort work).
+template <class Op, class = void>
+struct OpYields : std::true_type {};
+template <class Op>
+struct OpYields<Op, std::void_t<decltype(Op::kYieldsOnDevice)>> : std::bool_constant<Op::kYieldsOnDevice> {};
+template <class Loc, class Op>
+constexpr bool kMayYield =
+    (std::is_same_v<Loc, PlanLocator> || std::is_same_v<Loc, BlockSearchLocator>)&&OpYields<Op>::value;
+
+// A launch yields where each warp has at least this many rounds of units (shorter work ends
+// before a yield would help), with a link per kRoundsPerLink rounds (plus the last, which never
+// yields): a link that finds nothing left costs a few microseconds, and a round of 4096-element
+// units about 20 us (H200, float32), so links cost about 2% where no latency-critical work comes
+// and let a latency-critical job every 0.2 ms or more find every part of the work yielding.
+constexpr int64_t kYieldMinRounds = 2;
+constexpr int64_t kRoundsPerLink = 8;
+constexpr int64_t kMaxLinks = 64;
+
+// The device's gate where the current stream is a best-effort stream that yields now, and the
+// launch is not being captured (a graph replays without the scheduler); null otherwise.
+inline std::shared_ptr<scheduler::YieldGateState> yielding_gate(cudaStream_t stream) {
+  std::shared_ptr<scheduler::YieldGateState> state = scheduler::yielding_gate(stream);
+  if (!state) return state;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  return state;
+}
+
+template <class Loc, class Op>
+void launch_yielding(const Loc& loc, const Op& op, int64_t blocks, int64_t rounds, const scheduler::YieldGate& gate,
+                     double max_wait_s, cudaStream_t stream) {
+  // The claim counter and the two flags, from the caching allocator (stream-ordered: the block
+  // is reused only by work queued after these links).
+  const at::Tensor claims = at::empty({3}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA, c10::cuda::current_device()));
+  C10_CUDA_CHECK(cudaMemsetAsync(claims.data_ptr(), 0, 3 * sizeof(int64_t), stream));
+  int64_t* words = claims.data_ptr<int64_t>();
+  const YieldClaims c{reinterpret_cast<unsigned long long*>(words), reinterpret_cast<int*>(words + 1),
+                      reinterpret_cast<int*>(words + 2), gate.words, gate.count};
+  const int64_t links = std::clamp<int64_t>(rounds / kRoundsPerLink, 1, kMaxLinks) + 1;
+  const auto wait_ns = static_cast<unsigned long long>(std::max(0.0, max_wait_s) * 1e9);
+  for (int64_t link = 0; link < links; ++link) {
+    if (link > 0) launch_yield_wait(c, wait_ns, stream);
+    YieldClaims this_link = c;
+    if (link + 1 == links) this_link.gate = nullptr;
+    ragged_claiming_kernel<Loc, Op><<<static_cast<unsigned>(blocks), launch_threads(), 0, stream>>>(loc, op, this_link);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
 // Multiprocessors of the current device, read once per device.
 inline int multiprocessor_count() {
   static PerDevice<int> counts;
@@ -342,8 +456,18 @@ void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
   const int64_t resident = int64_t{multiprocessor_count()} * max_blocks_per_sm<Loc, Op>();
   const int64_t warps = launch_warps_per_block();
   const int64_t blocks = std::min(resident, (max_units + warps - 1) / warps);
-  ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), launch_threads(), 0, c10::cuda::getCurrentCUDAStream()>>>(
-      loc, op);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if constexpr (kMayYield<Loc, Op>) {
+    const int64_t rounds = max_units / (blocks * warps);
+    if (rounds >= kYieldMinRounds) {
+      if (const auto gate = yielding_gate(stream)) {
+        gate->launches.fetch_add(1, std::memory_order_relaxed);
+        return launch_yielding(loc, op, blocks, rounds, gate->gate, gate->max_wait_s.load(std::memory_order_relaxed),
+                               stream);
+      }
+    }
+  }
+  ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), launch_threads(), 0, stream>>>(loc, op);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

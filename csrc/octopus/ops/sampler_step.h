@@ -435,6 +435,9 @@ struct SamplerStepOp {
       kInputs == StepInputs::Any ? kTuning.min_blocks_per_sm_general : kTuning.min_blocks_per_sm;
   // A sample's latents are never a small item: plan runs (never built for them) are walked.
   static constexpr bool kLanesFindItems = false;
+  // Its launches (a sampler's steps, mostly replayed from CUDA graphs) are not best-effort
+  // work: no yielding variant of these kernels is compiled.
+  static constexpr bool kYieldsOnDevice = false;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
