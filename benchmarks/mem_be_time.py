@@ -4,9 +4,11 @@ An experiment (not part of octopus-bench), on the contention benchmark's workloa
 each workload's memory-bound BE job (`mlp`: the ragged `affine`; `convnet`: the ragged `clamp`)
 runs alone beside both LC jobs under fixed lease settings: BE on few SMs (partitions keeping
 100-124 of 132 SMs free), and paused while LC work is held or waits, with slices of 0.1-1 ms
-and one or two in flight. It shows which fixed setting, if any, keeps the LC jobs within 1.5x
-their alone p99 with the BE job at 80% (none did on the H100 or H200: benchmarks/README.md,
-#contention, eleventh session; its raw files name the settings "if N" for "N in flight").
+and one or two in flight, and with octopus's BE kernels yielding on the device while LC leases
+are held (device yield). It shows which fixed setting, if any, keeps the LC jobs within 1.5x
+their alone p99 with the BE job at 80% (before device yield none did on the H100 or H200:
+benchmarks/README.md, #contention, eleventh session; its raw files name the settings "if N" for
+"N in flight").
 
     python benchmarks/mem_be_time.py --json OUT.json                       # every setting (CUDA)
     python benchmarks/mem_be_time.py --only "held, 0.25 ms, 1 in flight"   # some of them
@@ -29,10 +31,11 @@ from octopus.bench.contention.workloads import FAMILIES
 MEMORY_BOUND = {"mlp": "ragged", "convnet": "ragged400"}
 
 
-def _fixed(name: str, free_sms: int, in_flight: int, throttle: str, budget: Optional[float]) -> Mode:
+def _fixed(name: str, free_sms: int, in_flight: int, throttle: str, budget: Optional[float],
+           device_yield: bool = False) -> Mode:
     return Mode(name, "lease", "lease", kind="sweep", slice_budget_s=budget,
                 options=dict(latency_control=False, reserved_sms=free_sms, best_effort_in_flight=in_flight,
-                             throttle=throttle))
+                             throttle=throttle, device_yield=device_yield))
 
 
 SETTINGS = [
@@ -48,6 +51,9 @@ SETTINGS = [
     _fixed("held, 0.1 ms, 1 in flight", 0, 1, "held", 0.1e-3),
     _fixed("waiting, 0.25 ms, 2 in flight", 0, 2, "waiting", 0.25e-3),
     _fixed("BE on 32 SMs, held, 0.25 ms, 2 in flight", 100, 2, "held", 0.25e-3),
+    _fixed("device yield, whole products", 0, 0, "off", None, True),
+    _fixed("device yield, 4 ms, 2 in flight", 0, 2, "off", 4e-3, True),
+    _fixed("device yield, held, 4 ms, 2 in flight", 0, 2, "held", 4e-3, True),
 ]
 
 

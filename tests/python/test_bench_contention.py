@@ -25,6 +25,7 @@ def test_the_modes_cover_the_peers_the_sweep_and_both_targets():
     assert len(sweep) == len(SWEEP) and all(not m.options["latency_control"] for m in sweep)
     assert {m.options["reserved_sms"] for m in sweep} >= {0, 8, 16, 24}
     assert {m.options["throttle"] for m in sweep} == {"off", "held"}
+    assert {m.options["device_yield"] for m in sweep} == {False, True}
     controller = [m for m in modes() if m.kind == "controller"]
     assert [m.target_ratio for m in controller] == [1.5, 3.0]
     assert all(m.options == {"latency_ratio": m.target_ratio} and m.slice_budget_s is None for m in controller)

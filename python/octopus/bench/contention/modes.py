@@ -26,18 +26,22 @@ class Mode:
 
 
 # Fixed lease configurations a user could pick (latency control off, every knob pinned):
-# (name, reserved SMs, in-flight bound, throttle, BE slice length in seconds or None).
+# (name, reserved SMs, in-flight bound, throttle, BE slice length in seconds or None, whether
+# octopus's BE kernels yield on the device while LC leases are held).
 SWEEP = [
-    ("leases", 0, 0, "off", None),
-    ("slices 1 ms", 0, 2, "off", 1e-3),
-    ("slices 0.5 ms, in-flight 1", 0, 1, "off", 0.5e-3),
-    ("throttle + slices 1 ms", 0, 2, "held", 1e-3),
-    ("throttle + slices 0.25 ms, in-flight 1", 0, 1, "held", 0.25e-3),
-    ("partition 8", 8, 0, "off", None),
-    ("partition 16", 16, 0, "off", None),
-    ("partition 24 + slices 1 ms", 24, 2, "off", 1e-3),
-    ("partition 16 + slices 0.5 ms, in-flight 1", 16, 1, "off", 0.5e-3),
-    ("partition 24 + throttle + slices 0.5 ms, in-flight 1", 24, 1, "held", 0.5e-3),
+    ("leases", 0, 0, "off", None, False),
+    ("slices 1 ms", 0, 2, "off", 1e-3, False),
+    ("slices 0.5 ms, in-flight 1", 0, 1, "off", 0.5e-3, False),
+    ("throttle + slices 1 ms", 0, 2, "held", 1e-3, False),
+    ("throttle + slices 0.25 ms, in-flight 1", 0, 1, "held", 0.25e-3, False),
+    ("partition 8", 8, 0, "off", None, False),
+    ("partition 16", 16, 0, "off", None, False),
+    ("partition 24 + slices 1 ms", 24, 2, "off", 1e-3, False),
+    ("partition 16 + slices 0.5 ms, in-flight 1", 16, 1, "off", 0.5e-3, False),
+    ("partition 24 + throttle + slices 0.5 ms, in-flight 1", 24, 1, "held", 0.5e-3, False),
+    ("device yield", 0, 0, "off", None, True),
+    ("partition 8 + device yield", 8, 0, "off", None, True),
+    ("partition 16 + device yield", 16, 0, "off", None, True),
 ]
 
 TARGET_RATIOS = (1.5, 3.0)
@@ -63,7 +67,8 @@ def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None) -> L
     if sweep:
         out += [Mode(f"fixed: {name}", "lease", "lease", kind="sweep", slice_budget_s=budget,
                      options=dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
-                                  throttle=throttle)) for name, sms, in_flight, throttle, budget in SWEEP]
+                                  throttle=throttle, device_yield=device_yield))
+                for name, sms, in_flight, throttle, budget, device_yield in SWEEP]
     if not error_budgets:
         out += [Mode(f"octopus latency control, target {r:g}x", "lease", "lease", kind="controller", target_ratio=r,
                      options=dict(latency_ratio=r)) for r in TARGET_RATIOS]
