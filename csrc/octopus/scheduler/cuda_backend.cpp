@@ -145,8 +145,14 @@ uint32_t* CudaBackend::create_gate(int device, int words) {
   void* memory = nullptr;
   const std::size_t bytes = sizeof(uint32_t) * static_cast<std::size_t>(words);
   check(cudaMalloc(&memory, bytes), "cudaMalloc (the yield gate)");
-  check(cudaMemset(memory, 0, bytes), "cudaMemset (the yield gate)");
-  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (the yield gate)");
+  // Zeroed on a stream of its own: a device-wide synchronization would wait for whatever else
+  // the device runs (and is not allowed while another thread captures a graph).
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (the yield gate)");
+  const cudaError_t zeroed = cudaMemsetAsync(memory, 0, bytes, stream);
+  const cudaError_t synced = zeroed == cudaSuccess ? cudaStreamSynchronize(stream) : zeroed;
+  cudaStreamDestroy(stream);
+  check(synced, "zeroing the yield gate");
   return static_cast<uint32_t*>(memory);
 #else
   (void)device;
