@@ -7,8 +7,9 @@
 # "contention": the scheduler's latency-critical/best-effort benchmark; "serving": the diffusion
 # serving benchmark, about 6 minutes; "distributed": ragged exchanges across two or more GPUs).
 # SANITIZE: "ops" (default): memcheck, racecheck, synccheck and initcheck over one run of every
-# op on tiny inputs (tests/smoke_wheel.py --device cuda); "suite": those and memcheck over the
-# whole CUDA pytest suite; "none".
+# op on tiny inputs (tests/smoke_wheel.py --device cuda), memcheck and racecheck over yielding
+# launches (tests/yield_check.py); "suite": those and memcheck over the whole CUDA pytest suite;
+# "none".
 # The build is for sm_90 unless OCTOPUS_CUDA_ARCHITECTURES says otherwise (README.md).
 # Where GoogleTest is not installed, put its sources in .gtest/ (e.g. a copy of
 # /usr/src/googletest from Debian's libgtest-dev); Python wheels the machine lacks
@@ -46,6 +47,10 @@ sanitizer() {  # sanitizer TOOL LOG COMMAND...
 if [ "$sanitize" != none ]; then
   for tool in memcheck racecheck synccheck initcheck; do
     sanitizer "$tool" "sanitizer_ops_$tool.log" python3 tests/smoke_wheel.py --device cuda
+  done
+  # The yielding launches (device yield): claiming kernels, the waits between links.
+  for tool in memcheck racecheck; do
+    sanitizer "$tool" "sanitizer_yield_$tool.log" python3 tests/yield_check.py
   done
 fi
 if [ "$sanitize" = suite ]; then
