@@ -129,6 +129,16 @@ TEST(YieldGate, OtherClassesNeverWriteIt) {
   EXPECT_EQ(f.backend->gate_writes().size(), 2u);
 }
 
+TEST(YieldGate, TheSimulatedBackendKeepsOnlyTheRecentWrites) {
+  Fixture f = make(true);
+  const std::size_t leases = SimulatedBackend::kGateWritesKept;  // two writes each
+  for (std::size_t i = 0; i < leases; ++i) Lease lc = f.scheduler->acquire(request(1));
+  const std::vector<SimulatedBackend::GateWrite> writes = f.backend->gate_writes();
+  ASSERT_EQ(writes.size(), SimulatedBackend::kGateWritesKept);
+  EXPECT_EQ(writes.back().value, 0u);  // the last lease's release
+  EXPECT_EQ(f.scheduler->stats().devices[0].gate_closes, static_cast<int64_t>(leases));
+}
+
 TEST(YieldGate, NothingIsWrittenOrFoundWhereBestEffortWorkDoesNotYield) {
   for (const std::optional<bool> setting : {std::optional<bool>(false), std::optional<bool>()}) {
     Fixture f = make(setting);  // without latency control, unset means off

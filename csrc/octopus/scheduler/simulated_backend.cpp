@@ -157,11 +157,12 @@ void SimulatedBackend::write_gate(int device, StreamHandle stream, uint32_t* wor
   std::lock_guard<std::mutex> lock(mutex_);
   *word = value;
   gate_writes_.push_back(GateWrite{device, stream, word, value});
+  if (gate_writes_.size() > kGateWritesKept) gate_writes_.pop_front();
 }
 
 std::vector<SimulatedBackend::GateWrite> SimulatedBackend::gate_writes() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return gate_writes_;
+  return {gate_writes_.begin(), gate_writes_.end()};
 }
 
 }  // namespace octopus::scheduler

@@ -54,7 +54,9 @@ class SimulatedBackend final : public DeviceBackend {
 
   static constexpr int kPartitionGranularity = 8;
 
-  // Test hook: every gate write so far, in order.
+  // Test hook: the gate writes so far, in order (the most recent kGateWritesKept of them: a long
+  // simulated run writes the gate at every latency-critical lease).
+  static constexpr std::size_t kGateWritesKept = 4096;
   struct GateWrite {
     int device;
     StreamHandle stream;
@@ -103,7 +105,7 @@ class SimulatedBackend final : public DeviceBackend {
   std::unordered_map<EventHandle, EventState> events_;
   std::vector<std::deque<std::pair<EventHandle, uint64_t>>> pending_;
   std::vector<std::unique_ptr<uint32_t[]>> gates_;
-  std::vector<GateWrite> gate_writes_;
+  std::deque<GateWrite> gate_writes_;
 };
 
 }  // namespace octopus::scheduler
