@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 import octopus
+from octopus._timing import percentile
 
 
 def batch_of(elements: int, seed: int) -> octopus.RaggedBatch:
@@ -36,11 +37,6 @@ def batch_of(elements: int, seed: int) -> octopus.RaggedBatch:
     torch.cumsum(sizes, 0, out=offsets[1:])
     values = torch.randn(int(offsets[-1]), device="cuda")
     return octopus.RaggedBatch(values, offsets.cuda(), sizes.view(-1, 1).cuda())
-
-
-def percentile(xs: List[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]  # nearest rank
 
 
 def cost(big: octopus.RaggedBatch, scale: torch.Tensor, repeats: int) -> Dict[str, Any]:
