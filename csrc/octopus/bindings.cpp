@@ -112,6 +112,7 @@ py::dict control_dict(const sched::ControlStats& c) {
       py::dict sd;
       sd["jobs"] = at.jobs;
       sd["over"] = at.over;
+      sd["unsettled"] = at.unsettled;
       sd["p50_s"] = optional_number(at.p50_s);
       sd["p99_s"] = optional_number(at.p99_s);
       steps.append(sd);

@@ -244,5 +244,30 @@ TEST(LatencyControl, BestEffortWorkMovesToThePartitionOfItsStep) {
   EXPECT_GE(d.streams.size(), 2u) << "the holder moved to a partition's stream";
 }
 
+TEST(LatencyControl, JobsAfterAChangeCountForTheStepOnceTheHolderHasMoved) {
+  // A holder keeps one lease for ever and moves to each new step's settings at its next
+  // checkpoint (every ~50 us); only the LC jobs granted before it gets there are unsettled,
+  // not every job within the 0.1-s bound after each change.
+  Device d;
+  d.scheduler->set_target("lc", 1e-3, std::nullopt);
+  for (int i = 0; i < 1500; ++i) {
+    d.job(500us, {4.0, 4.0, 4.0, 4.0, 4.0, 1.0});
+    std::this_thread::sleep_for(200us);
+  }
+  const ControlStats& c = control(*d.scheduler);
+  ASSERT_EQ(c.kinds.size(), 1u);
+  std::size_t jobs = 0, unsettled = 0;
+  for (const StepLatency& at : c.kinds.front().steps) {
+    EXPECT_LE(at.unsettled, at.jobs);
+    jobs += at.jobs;
+    unsettled += at.unsettled;
+  }
+  EXPECT_GE(c.climbs, 1);
+  EXPECT_GT(jobs, 500u);
+  EXPECT_LT(unsettled * 10, jobs) << unsettled << " of " << jobs << " unsettled after " << c.climbs << " climbs";
+  const StepLatency& at_step = c.kinds.front().steps[static_cast<std::size_t>(c.step)];
+  EXPECT_TRUE(at_step.p50_s.has_value()) << "the step it holds has a record";
+}
+
 }  // namespace
 }  // namespace octopus::scheduler

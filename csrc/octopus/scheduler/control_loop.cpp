@@ -101,6 +101,10 @@ void State::apply_control(DeviceState& d, Clock::time_point now) {
                        probing != d.probing || release_changes != d.release_changes;  // a kind released or held again
   d.control = step;
   d.released_control = released;
+  if (changed) {
+    d.control_generation += 1;
+    d.control_since = now;
+  }
   // Best-effort kernels read the gate where any best-effort work of the device yields now
   // (latency-critical leases close it only where d.control says so).
   if (d.yield_gate) d.yield_gate->active.store(step.device_yield || released.device_yield);
@@ -166,7 +170,7 @@ void State::control_loop() {
       double completed_us;
     };
     std::vector<Finished> finished;
-    std::vector<int> released_done;
+    std::vector<PendingRelease> released_done;
     try {
       for (const std::unique_ptr<DeviceClock>& clock : clocks) {
         if (clock) clock->maybe_calibrate();
@@ -185,7 +189,7 @@ void State::control_loop() {
       }
       for (auto it = returned.begin(); it != returned.end();) {
         if (it->event->done()) {
-          released_done.push_back(it->index);
+          released_done.push_back(std::move(*it));
           it = returned.erase(it);
         } else {
           ++it;
@@ -200,8 +204,10 @@ void State::control_loop() {
         watching.erase(watching.begin());
       }
     } catch (...) {
-      // A failed event query (a broken context) leaves latency control where it is.
+      // A failed event query (a broken context) leaves latency control where it is; returned
+      // best-effort work is taken as finished.
       watching.clear();
+      for (PendingRelease& p : returned) released_done.push_back(std::move(p));
       returned.clear();
     }
 
@@ -212,7 +218,9 @@ void State::control_loop() {
       DeviceState& d = devices[static_cast<std::size_t>(f.p.index)];
       const double latency_s = (f.completed_us - f.p.requested_us) * 1e-6;
       const bool alone = f.p.idle && d.best_effort_epoch == f.p.epoch;
-      d.controller->observe(f.p.kind, latency_s, alone, f.completed_us * 1e-6);
+      // Ran wholly under the settings in force now, with none of earlier settings' BE work left.
+      const bool settled = f.p.settled && f.p.generation == d.control_generation;
+      d.controller->observe(f.p.kind, latency_s, alone, f.completed_us * 1e-6, settled);
       if (config.record_timeline) {
         TimelineEntry entry;
         entry.type = TimelineEntry::Type::Latency;
@@ -229,9 +237,10 @@ void State::control_loop() {
         record(std::move(entry));
       }
     }
-    for (const int index : released_done) {
-      DeviceState& d = devices[static_cast<std::size_t>(index)];
+    for (const PendingRelease& p : released_done) {
+      DeviceState& d = devices[static_cast<std::size_t>(p.index)];
       d.best_effort_releases_pending -= 1;
+      best_effort_finished(d, p.generation);
       refresh_idle(d);
     }
     for (DeviceState& d : devices) {

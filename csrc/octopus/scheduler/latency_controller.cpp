@@ -159,7 +159,7 @@ std::optional<double> LatencyController::median_at(const Kind& k, int step, doub
   return at.recent.quantile(0.5);
 }
 
-void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s) {
+void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s, bool settled) {
   if (!started_) {
     started_ = true;
     step_since_s_ = now_s;
@@ -182,8 +182,12 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
     at.jobs += 1;
     at.over += target && latency_s > *target ? 1 : 0;
-    at.last_s = now_s;
-    at.recent.add(latency_s);
+    if (settled) {
+      at.last_s = now_s;
+      at.recent.add(latency_s);
+    } else {
+      at.unsettled += 1;
+    }
   }
   if (target) {
     const bool over = latency_s > *target;
@@ -505,7 +509,7 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.infeasible_reason = k.reason;
     c.median_unhelped = k.median_reported && k.median_unhelped > 0;
     for (const Kind::AtStep& at : k.at_steps) {
-      c.steps.push_back(StepLatency{at.jobs, at.over, at.recent.quantile(0.5), at.recent.quantile(0.99)});
+      c.steps.push_back(StepLatency{at.jobs, at.over, at.unsettled, at.recent.quantile(0.5), at.recent.quantile(0.99)});
     }
     out.push_back(std::move(c));
   }

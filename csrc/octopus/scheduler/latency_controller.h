@@ -171,8 +171,9 @@ struct ControllerOptions {
 // what each step of the ladder bought it on this workload.
 struct StepLatency {
   std::size_t jobs = 0;
-  std::size_t over = 0;  // of them, over the target in force then
-  std::optional<double> p50_s, p99_s;  // of its most recent jobs at the step
+  std::size_t over = 0;       // of them, over the target in force then
+  std::size_t unsettled = 0;  // of them, not in the record: BE work of an earlier step was on the device
+  std::optional<double> p50_s, p99_s;  // of its most recent settled jobs at the step
 };
 
 // What the controller knows of one kind, for stats and warnings.
@@ -211,7 +212,11 @@ class LatencyController {
   void set_target(const std::string& kind, LatencyTarget target);
   // One completed LC job of `kind` that took `latency_s`; `alone` when no BE work ran on the
   // device from its request to its completion. `now_s` is any monotonic clock in seconds.
-  void observe(const std::string& kind, double latency_s, bool alone, double now_s);
+  // `settled` when the job ran wholly under the current step, with no BE work on the device
+  // that an earlier step let in (work queued before a change runs as that step said: a
+  // partition's streams, slices already cut): only such jobs enter the step's record, which
+  // then judges the step, not the one before it. Every job counts against the error budget.
+  void observe(const std::string& kind, double latency_s, bool alone, double now_s, bool settled = true);
   // Time passing without samples (for going back to the bottom step when LC work stops and
   // for ending probes).
   void tick(double now_s);
@@ -268,8 +273,8 @@ class LatencyController {
     std::size_t median_unhelped = 0;  // samples since its median was over its bound with no step to help
     bool median_reported = false;
     struct AtStep {
-      std::size_t jobs = 0, over = 0;
-      double last_s = -1e300;  // when its last job completed
+      std::size_t jobs = 0, over = 0, unsettled = 0;
+      double last_s = -1e300;  // when its last settled job completed
       detail::SampleWindow recent;
       explicit AtStep(std::size_t window) : recent(window) {}
     };

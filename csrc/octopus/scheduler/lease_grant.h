@@ -33,6 +33,11 @@ struct LeaseGrant {
   // "alone" if the epoch has not moved by its completion).
   bool best_effort_idle = false;
   uint64_t best_effort_epoch = 0;
+  // The device's control generation at the grant (DeviceState::control_generation), and for
+  // latency-critical leases whether every best-effort lease whose work may still run was
+  // granted under it: no work that settings before the current ones let in is on the device.
+  uint64_t control_generation = 0;
+  bool settled = false;
   // Its release event is timed, for the controller's device-clock stamp (device_clock.h).
   bool timed_release = false;
   // A latency-critical lease granted while its device's best-effort work yields: the word of

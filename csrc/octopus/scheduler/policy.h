@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,14 @@ struct DeviceState {
   int best_effort_releases_pending = 0; // returned best-effort leases whose work may still run
   bool best_effort_idle = true;         // no best-effort work can be running
   uint64_t best_effort_epoch = 0;       // bumped whenever best-effort work may start
+  // Bumped whenever `control` (or the released kinds' settings, or a probe) changes; with
+  // the best-effort leases of each generation whose work may still run (granted and not
+  // returned, or returned and not finished; a holder's lease moves to the current generation
+  // at each checkpoint), it tells which latency-critical jobs ran wholly under the settings
+  // now in force (LeaseGrant::settled).
+  uint64_t control_generation = 0;
+  Clock::time_point control_since;  // when control_generation last moved
+  std::map<uint64_t, int> best_effort_by_generation;
   double best_effort_units = 0.0;       // units of the slices started at checkpoints
   int active = 0;
   int peak = 0;

@@ -135,6 +135,9 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.previous_release = chosen.last_release;
   g.best_effort_idle = d.best_effort_idle;
   g.best_effort_epoch = d.best_effort_epoch;
+  g.control_generation = d.control_generation;
+  if (w.work_class == WorkClass::BestEffort) d.best_effort_by_generation[d.control_generation] += 1;
+  g.settled = w.work_class == WorkClass::LatencyCritical && settled(d, now);
   g.timed_release = w.work_class == WorkClass::LatencyCritical && d.controller && backend->times_events();
   g.gate_word = nullptr;
   if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield) {
@@ -174,13 +177,16 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
   if (d.controller && event) {
     if (g.work_class == WorkClass::LatencyCritical) {
       pending_latencies.push_back(PendingLatency{g.kind, index, g.requested_us, released_us, -1.0, event,
-                                                 g.best_effort_idle, g.best_effort_epoch});
+                                                 g.best_effort_idle, g.best_effort_epoch, g.settled,
+                                                 g.control_generation});
       control_wake.notify_one();
     } else if (g.work_class == WorkClass::BestEffort) {
       d.best_effort_releases_pending += 1;
-      pending_releases.push_back(PendingRelease{index, event});
+      pending_releases.push_back(PendingRelease{index, event, g.control_generation});
       control_wake.notify_one();
     }
+  } else if (g.work_class == WorkClass::BestEffort) {
+    best_effort_finished(d, g.control_generation);  // not watched: taken as done when returned
   }
   if (g.work_class == WorkClass::BestEffort) refresh_idle(d);
   if (g.work_class == WorkClass::LatencyCritical && d.yield_gate) {
@@ -220,6 +226,26 @@ StreamHandle State::best_effort_stream(const DeviceState& d, int slot, const std
     }
   }
   return d.slots[static_cast<std::size_t>(slot)].handle;  // every SM
+}
+
+bool State::settled(const DeviceState& d, Clock::time_point now) const {
+  // Generations only grow: the oldest one with work left is the current one, or none is left.
+  // A holder that never reaches a checkpoint keeps its generation for ever: past
+  // kSettleBound, whatever it runs is taken as the current step's doing.
+  return d.best_effort_by_generation.empty() || d.best_effort_by_generation.begin()->first == d.control_generation ||
+         now - d.control_since >= duration_of(kSettleBoundS);
+}
+
+void State::best_effort_moved(DeviceState& d, uint64_t& generation) {
+  if (generation == d.control_generation) return;
+  best_effort_finished(d, generation);
+  generation = d.control_generation;
+  d.best_effort_by_generation[generation] += 1;
+}
+
+void State::best_effort_finished(DeviceState& d, uint64_t generation) {
+  const auto it = d.best_effort_by_generation.find(generation);
+  if (it != d.best_effort_by_generation.end() && --it->second <= 0) d.best_effort_by_generation.erase(it);
 }
 
 void State::refresh_idle(DeviceState& d) {

@@ -35,6 +35,10 @@ constexpr std::size_t index_of_class(WorkClass c) { return static_cast<std::size
 
 // Recent waits and holds per class, for the percentiles in stats() and the trace.
 constexpr std::size_t kClassWindow = 4096;
+// How long after a change of control latency-critical jobs may be taken as still meeting the
+// best-effort work earlier settings let in (State::settled): well past the drain of the two
+// units or slices a holder keeps in flight.
+constexpr double kSettleBoundS = 0.1;
 
 uint64_t this_thread_id();
 // A timeline entry of `type` for the lease `g`, on the calling thread (times left for the caller).
@@ -85,10 +89,13 @@ struct State {
     std::shared_ptr<ReleaseEvent> event;
     bool idle = false;  // LeaseGrant's best_effort_idle and epoch
     uint64_t epoch = 0;
+    bool settled = false;  // LeaseGrant's settled and control_generation
+    uint64_t generation = 0;
   };
   struct PendingRelease {
     int index = 0;
     std::shared_ptr<ReleaseEvent> event;
+    uint64_t generation = 0;  // the lease's control generation
   };
   std::vector<PendingLatency> pending_latencies;
   std::vector<PendingRelease> pending_releases;
@@ -136,6 +143,13 @@ struct State {
   StreamHandle best_effort_stream(const DeviceState& d, int slot, const std::string& kind) const;
   // How best-effort work of `kind` runs on `d` now (released kinds: d.released_control).
   const ControlStep& control_for(const DeviceState& d, const std::string& kind) const;
+  // Whether a latency-critical job granted on `d` now runs wholly under its current control
+  // (LeaseGrant::settled).
+  bool settled(const DeviceState& d, Clock::time_point now) const;
+  // A best-effort holder at a checkpoint: what it runs from now follows `d`'s current control.
+  void best_effort_moved(DeviceState& d, uint64_t& generation);
+  // Best-effort work of control generation `generation` has left the device (or was returned unwatched).
+  void best_effort_finished(DeviceState& d, uint64_t generation);
   // Whether `d` can have best-effort work running: recomputed when holders come, go, pause
   // drained or resume, and when returned work finishes.
   void refresh_idle(DeviceState& d);

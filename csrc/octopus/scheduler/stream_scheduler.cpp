@@ -65,8 +65,11 @@ double Lease::checkpoint(double units) {
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.add_slice_timings(grant_.kind, timings);
-    paused = s.pause_if_throttled(grant_, lock, [this] { drain(); });
     detail::DeviceState& d = s.device_of(grant_.device);
+    // What it runs from here (paused or not) follows the control in force then.
+    s.best_effort_moved(d, grant_.control_generation);
+    paused = s.pause_if_throttled(grant_, lock, [this] { drain(); });
+    s.best_effort_moved(d, grant_.control_generation);
     d.best_effort_units += units;
     stream = s.best_effort_stream(d, grant_.slot, grant_.kind);
   }
