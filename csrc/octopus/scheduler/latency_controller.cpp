@@ -120,21 +120,27 @@ std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
   return options_.median_ratio * *k.alone_p50_s;
 }
 
-std::optional<double> LatencyController::excess_at(const Kind& k, int step, double target, double now_s) const {
+std::optional<detail::SampleWindow::Excess> LatencyController::excess_at(const Kind& k, int step, double target,
+                                                                         double now_s) const {
   if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
   if (at.recent.size() < options_.record_jobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
-  return at.recent.mean_excess(target);
+  return at.recent.excess(target);
+}
+
+bool LatencyController::lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const {
+  return a.mean < options_.record_margin * b.mean &&
+         b.mean - a.mean > options_.record_confidence * std::hypot(a.error, b.error);
 }
 
 bool LatencyController::above_no_better(const Kind& k, double target, double now_s) const {
-  const std::optional<double> above = excess_at(k, step_ + 1, target, now_s);
+  const auto above = excess_at(k, step_ + 1, target, now_s);
   if (!above) return false;  // no record above: it may help
-  const std::optional<double> here = excess_at(k, step_, target, now_s);
+  const auto here = excess_at(k, step_, target, now_s);
   // Come down from a step over target to find out whether this one is as good: not before
   // its record says.
   if (!here) return trying_below_;
-  return !(*above < options_.record_margin * *here);
+  return !lower(*above, *here);
 }
 
 bool LatencyController::below_no_worse(double now_s) const {
@@ -144,9 +150,9 @@ bool LatencyController::below_no_worse(double now_s) const {
     if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
     const std::optional<double> target = target_s(k);
     if (!target) return false;
-    const std::optional<double> here = excess_at(k, step_, *target, now_s);
-    const std::optional<double> below = excess_at(k, step_ - 1, *target, now_s);
-    if (!here || (below && *here < options_.record_margin * *below)) return false;
+    const auto here = excess_at(k, step_, *target, now_s);
+    const auto below = excess_at(k, step_ - 1, *target, now_s);
+    if (!here || (below && lower(*here, *below))) return false;
     any = true;
   }
   return any;

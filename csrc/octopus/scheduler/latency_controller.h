@@ -126,10 +126,14 @@ struct ControllerOptions {
   // of budget steps down, after loosen_samples and loosen_s (as a step down with slack, its
   // waits doubling when undone), where for every kind the step below is on record as no
   // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
-  // the target (mean of max(0, latency / target - 1): the share over it and how far); steps
-  // within record_margin of each other count as equal, and the lower one is kept.
+  // the target (mean of max(0, latency / target - 1): the share over it and how far). A step's
+  // record is lower than another's only by record_margin and by more than record_confidence
+  // standard errors of the difference: a p99 target's record differs from step to step by a
+  // few late jobs, which a host's noise alone makes; steps not lower by more than that count
+  // as equal, and the lower one is kept.
   std::size_t record_jobs = 64;
   double record_margin = 0.9;
+  double record_confidence = 2.0;
   // After a climb, this many samples of every kind must arrive before the next one (the
   // slices in flight at the old step still run).
   int settle_samples = 3;
@@ -291,9 +295,11 @@ class LatencyController {
   // The kind's median while the controller last held `step`, where that record is recent
   // and rests on enough jobs (else none).
   std::optional<double> median_at(const Kind& k, int step, double now_s) const;
-  // The kind's mean excess over `target` while the controller last held `step`, where that
-  // record is recent and rests on record_jobs jobs (else none).
-  std::optional<double> excess_at(const Kind& k, int step, double target, double now_s) const;
+  // The kind's mean excess over `target` (and its standard error) while the controller last
+  // held `step`, where that record is recent and rests on record_jobs jobs (else none).
+  std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
+  // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
+  bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
   // Whether the step above is on record as no better for the kind than the current one.
   bool above_no_better(const Kind& k, double target, double now_s) const;
   // Whether every active kind's record at the step below is no worse than here, or missing.

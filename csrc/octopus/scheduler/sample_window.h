@@ -35,11 +35,25 @@ class SampleWindow {
   }
 
   // The mean of max(0, sample / threshold - 1) over the samples kept (0 before the first):
-  // how far past `threshold` they go, the share past it and the distance alike.
-  double mean_excess(double threshold) const {
-    double sum = 0.0;
-    for (const double s : samples_) sum += std::max(0.0, s / threshold - 1.0);
-    return samples_.empty() ? 0.0 : sum / static_cast<double>(samples_.size());
+  // how far past `threshold` they go, the share past it and the distance alike; and the
+  // standard error of that mean (0 for fewer than two samples).
+  struct Excess {
+    double mean = 0.0;
+    double error = 0.0;
+  };
+  Excess excess(double threshold) const {
+    Excess e;
+    const double n = static_cast<double>(samples_.size());
+    if (samples_.empty()) return e;
+    double sum = 0.0, squares = 0.0;
+    for (const double s : samples_) {
+      const double x = std::max(0.0, s / threshold - 1.0);
+      sum += x;
+      squares += x * x;
+    }
+    e.mean = sum / n;
+    if (samples_.size() > 1) e.error = std::sqrt(std::max(0.0, squares - n * e.mean * e.mean) / (n - 1.0) / n);
+    return e;
   }
 
   std::size_t count() const { return count_; }  // every sample ever added
