@@ -269,5 +269,36 @@ TEST(LatencyControl, JobsAfterAChangeCountForTheStepOnceTheHolderHasMoved) {
   EXPECT_TRUE(at_step.p50_s.has_value()) << "the step it holds has a record";
 }
 
+TEST(LatencyControl, ASchedulerMadeAfterAnotherEndedTakesItsStreamsAgain) {
+  // Each scheduler takes a pool of streams and, under latency control, a stream per slot and
+  // partition, and a stream for the device clock; they are never destroyed. A process making
+  // schedulers one after another (a test suite, a benchmark's modes, a server restarting its
+  // scheduler) would otherwise keep them all.
+  auto backend = std::make_shared<SimulatedBackend>(1);
+  backend->set_times_events(true);
+  const auto one_life = [&] {
+    StreamScheduler scheduler(SchedulerConfig{}, backend);
+    Lease lc_lease = scheduler.acquire(lc());
+    Lease be_lease = scheduler.acquire(be());
+    be_lease.checkpoint(1.0);
+    lc_lease.release();
+    return be_lease;  // outlives its scheduler: its stream goes back only once it is returned
+  };
+  Lease kept = one_life();
+  const std::size_t first = backend->streams_made();
+  ASSERT_GT(first, 0u);
+  const StreamHandle kept_stream = kept.stream();
+  {
+    StreamScheduler second(SchedulerConfig{}, backend);
+    EXPECT_GT(backend->streams_made(), first) << "the first scheduler's state lives on in its lease";
+    Lease l = second.acquire(be());
+    EXPECT_NE(l.stream(), kept_stream) << "a stream still leased is not handed out again";
+  }
+  kept.release();  // the first scheduler's state goes with it
+  const std::size_t after_two = backend->streams_made();
+  for (int i = 0; i < 10; ++i) one_life();
+  EXPECT_EQ(backend->streams_made(), after_two) << "ten more schedulers, one after another, made no new stream";
+}
+
 }  // namespace
 }  // namespace octopus::scheduler

@@ -2,6 +2,7 @@
 (map / submit), counters and the trace. The policy runs on the simulated backend (no GPU);
 the stream behaviour runs on CUDA."""
 
+import gc
 import json
 import random
 import sys
@@ -367,6 +368,39 @@ def test_lease_stream_is_a_torch_stream(priority):
     high, normal = sched.acquire(priority="high"), sched.acquire()
     assert high.stream.priority < normal.stream.priority
     high.release(), normal.release()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+def test_a_scheduler_made_after_another_ended_takes_its_streams_again():
+    # Streams are never destroyed (work and record_stream events may outlive a scheduler);
+    # a scheduler's go back when it and its last lease are gone, and the next one takes them
+    # (in the order it made them, where no other scheduler took some in between).
+    def pool_streams(sched):
+        leases = [sched.acquire(priority=p) for p in ("high", "high", "normal", "normal")]
+        streams = {lease.stream.cuda_stream for lease in leases}
+        for lease in leases:
+            lease.release()
+        return streams
+
+    for latency_control in (False, True):
+        first = octopus.StreamScheduler(4, latency_control=latency_control)
+        streams = pool_streams(first)
+        assert len(streams) == 4
+        del first
+        gc.collect()
+        second = octopus.StreamScheduler(4, latency_control=latency_control)
+        again = pool_streams(second)
+        if latency_control:  # the device clock's stream, given back first, went to a slot
+            assert len(again & streams) >= 2
+        else:
+            assert again == streams
+        with second.acquire(priority="high") as lease, torch.cuda.stream(lease.stream):
+            y = torch.arange(10, device="cuda", dtype=torch.float32) * 3
+        torch.cuda.current_stream().wait_stream(lease.stream)
+        assert torch.equal(y.cpu(), torch.arange(10, dtype=torch.float32) * 3)
+        del second
+        gc.collect()
 
 
 def _sleep_time(cycles):

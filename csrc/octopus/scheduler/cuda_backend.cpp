@@ -4,16 +4,41 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "octopus/scheduler/cuda_check.h"
+#include "octopus/scheduler/green_context.h"
 #include "octopus/scheduler/nvml.h"
+#include "octopus/scheduler/stream_pool.h"
 
 namespace octopus::scheduler {
 
 using cuda_detail::check;
 using cuda_detail::DeviceGuard;
 using cuda_detail::RelaxedCaptureMode;
+
+namespace {
+
+// The process's streams and partitions, whichever CudaBackend (one per scheduler) made them:
+// a scheduler made after another one ended takes its streams and green contexts again.
+// Never destroyed (a static's destructor could run after a thread still using it).
+struct ProcessStreams {
+  detail::StreamPool streams;
+  std::mutex partitions_mutex;
+  // By device, then by the SMs each leaves free; never destroyed (see green_context.h).
+  std::map<int, std::map<int, std::unique_ptr<GreenContextPartition>>> partitions;
+};
+
+ProcessStreams& process_streams() {
+  static ProcessStreams* streams = new ProcessStreams();
+  return *streams;
+}
+
+}  // namespace
 
 CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
   const cudaError_t status = cudaGetDeviceCount(&device_count_);
@@ -32,7 +57,6 @@ CudaBackend::CudaBackend(bool use_nvml) : use_nvml_(use_nvml) {
       cudaGetLastError();
     }
   }
-  partitions_.resize(pci_bus_ids_.size());
 }
 
 int CudaBackend::multiprocessor_count(int device) {
@@ -42,6 +66,8 @@ int CudaBackend::multiprocessor_count(int device) {
 }
 
 StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
+  const detail::StreamPool::Kind kind = detail::StreamPool::priority_kind(device, high_priority);
+  if (const std::optional<StreamHandle> reused = process_streams().streams.take(kind)) return *reused;
   DeviceGuard guard(device);
   RelaxedCaptureMode relaxed;
   int lowest = 0, greatest = 0;  // numerically lower is higher priority
@@ -49,27 +75,36 @@ StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, high_priority ? greatest : lowest),
         "cudaStreamCreateWithPriority");
+  process_streams().streams.made(stream, kind);
   return stream;
 }
 
 int CudaBackend::create_partition(int device, int reserved_sms) {
-  std::lock_guard<std::mutex> lock(partitions_mutex_);
+  ProcessStreams& p = process_streams();
+  std::lock_guard<std::mutex> lock(p.partitions_mutex);
   RelaxedCaptureMode relaxed;
-  auto& partition = partitions_.at(static_cast<std::size_t>(device))[reserved_sms];
+  auto& partition = p.partitions[device][reserved_sms];
   if (!partition) partition = GreenContextPartition::create(device, reserved_sms);
   return partition->sms();
 }
 
 StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) {
-  std::lock_guard<std::mutex> lock(partitions_mutex_);
+  ProcessStreams& p = process_streams();
+  const detail::StreamPool::Kind kind{device, reserved_sms};
+  if (const std::optional<StreamHandle> reused = p.streams.take(kind)) return *reused;
+  std::lock_guard<std::mutex> lock(p.partitions_mutex);
   RelaxedCaptureMode relaxed;
-  auto& by_reserve = partitions_.at(static_cast<std::size_t>(device));
+  auto& by_reserve = p.partitions[device];
   const auto it = by_reserve.find(reserved_sms);
   if (it == by_reserve.end() || !it->second) {
     throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
   }
-  return it->second->create_stream();
+  const StreamHandle stream = it->second->create_stream();
+  p.streams.made(stream, kind);
+  return stream;
 }
+
+void CudaBackend::return_stream(int, StreamHandle stream) noexcept { process_streams().streams.give_back(stream); }
 
 EventHandle CudaBackend::create_event(int device, bool timed) {
   DeviceGuard guard(device);

@@ -1,16 +1,14 @@
 // The device layer on the CUDA runtime. Streams are non-blocking (they do not
 // synchronize with the legacy default stream); events carry timing where asked. Partitions are
-// green contexts (green_context.h).
+// green contexts (green_context.h). Streams and partitions are the process's (stream_pool.h):
+// a scheduler's streams, given back when it ends, go to the next one.
 #pragma once
 
-#include <map>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "octopus/scheduler/device_backend.h"
-#include "octopus/scheduler/green_context.h"
 
 namespace octopus::scheduler {
 
@@ -25,6 +23,7 @@ class CudaBackend final : public DeviceBackend {
   StreamHandle create_stream(int device, bool high_priority) override;
   int create_partition(int device, int reserved_sms) override;
   StreamHandle create_partition_stream(int device, int reserved_sms) override;
+  void return_stream(int device, StreamHandle stream) noexcept override;
   EventHandle create_event(int device, bool timed) override;
   void destroy_event(int device, EventHandle event) noexcept override;
   void record_event(int device, EventHandle event, StreamHandle stream) override;
@@ -46,11 +45,8 @@ class CudaBackend final : public DeviceBackend {
   int device_count_ = 0;
   bool use_nvml_ = false;
   std::vector<std::string> pci_bus_ids_;
-  std::mutex partitions_mutex_;
   std::once_flag write_value_once_;
   void* write_value_ = nullptr;  // the driver's cuStreamWriteValue32, where it has one
-  // By device, then by the SMs each leaves free; never destroyed (see green_context.h).
-  std::vector<std::map<int, std::unique_ptr<GreenContextPartition>>> partitions_;
 };
 
 }  // namespace octopus::scheduler

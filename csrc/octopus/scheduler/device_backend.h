@@ -24,8 +24,8 @@ class DeviceBackend {
   virtual const char* name() const = 0;
   virtual int device_count() = 0;
   virtual int multiprocessor_count(int device) = 0;
-  // A stream of high or normal priority on `device`, created once and kept for the
-  // life of the process.
+  // A stream of high or normal priority on `device`, kept for the life of the process:
+  // one given back (return_stream) is handed out again before a new one is made.
   virtual StreamHandle create_stream(int device, bool high_priority) = 0;
   // Makes a partition of `device`: a subset of its multiprocessors that leaves at least
   // `reserved_sms` of them to other streams; returns the subset's size. A device may have
@@ -33,8 +33,11 @@ class DeviceBackend {
   // possible.
   virtual int create_partition(int device, int reserved_sms) = 0;
   // A lowest-priority stream on the partition that create_partition made for
-  // `reserved_sms`, kept for the life of the process.
+  // `reserved_sms`, kept for the life of the process (and handed out again once given back).
   virtual StreamHandle create_partition_stream(int device, int reserved_sms) = 0;
+  // A stream made by create_stream or create_partition_stream that its owner no longer uses;
+  // work may still be queued on it (it is never destroyed: stream_pool.h).
+  virtual void return_stream(int device, StreamHandle stream) noexcept = 0;
   // An event; `timed` ones can be measured with elapsed_s (they cost more to record).
   virtual EventHandle create_event(int device, bool timed) = 0;
   virtual void destroy_event(int device, EventHandle event) noexcept = 0;

@@ -29,6 +29,7 @@ DeviceClock::DeviceClock(DeviceBackend& backend, int device, std::function<doubl
 DeviceClock::~DeviceClock() {
   backend_.destroy_event(device_, reference_);
   backend_.destroy_event(device_, candidate_);
+  backend_.return_stream(device_, stream_);
 }
 
 void DeviceClock::maybe_calibrate() {

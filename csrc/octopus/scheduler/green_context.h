@@ -3,7 +3,8 @@
 // the runtime hands out (cudaGetDriverEntryPointByVersion), so octopus does not link
 // libcuda. Green contexts and their streams are never destroyed (like the scheduler's
 // other streams: the caching allocator may record events on them after the scheduler is
-// gone).
+// gone); the CUDA backend keeps one partition per device and reserve for the process, and
+// hands their streams from one scheduler to the next (stream_pool.h).
 #pragma once
 
 #include <memory>

@@ -243,6 +243,18 @@ void State::best_effort_moved(DeviceState& d, uint64_t& generation) {
   d.best_effort_by_generation[generation] += 1;
 }
 
+State::~State() {
+  if (!backend) return;
+  for (const DeviceState& d : devices) {
+    for (const StreamSlot& slot : d.slots) {
+      if (slot.handle != nullptr) backend->return_stream(d.device, slot.handle);
+    }
+    for (const std::vector<StreamHandle>& streams : d.partition_streams) {
+      for (const StreamHandle stream : streams) backend->return_stream(d.device, stream);
+    }
+  }
+}
+
 void State::best_effort_finished(DeviceState& d, uint64_t generation) {
   const auto it = d.best_effort_by_generation.find(generation);
   if (it != d.best_effort_by_generation.end() && --it->second <= 0) d.best_effort_by_generation.erase(it);

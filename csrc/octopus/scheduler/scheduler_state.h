@@ -48,8 +48,14 @@ Clock::duration duration_of(double s);
 
 // The pool's streams are never destroyed (like PyTorch's own stream pool): tensors whose
 // use was recorded on one (record_stream) may be freed after the scheduler is gone, and
-// the caching allocator then records an event on that stream.
+// the caching allocator then records an event on that stream. When the scheduler and its
+// last lease are gone they go back to the backend, for the next scheduler (stream_pool.h).
 struct State {
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  ~State();
+
   SchedulerConfig config;
   Policy policy{config};
   std::shared_ptr<DeviceBackend> backend;

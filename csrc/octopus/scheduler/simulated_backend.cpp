@@ -26,8 +26,12 @@ std::size_t SimulatedBackend::index(int device) const {
   return static_cast<std::size_t>(device);
 }
 
-StreamHandle SimulatedBackend::create_stream(int, bool) {
-  return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
+StreamHandle SimulatedBackend::create_stream(int device, bool high_priority) {
+  const detail::StreamPool::Kind kind = detail::StreamPool::priority_kind(device, high_priority);
+  if (const std::optional<StreamHandle> reused = streams_.take(kind)) return *reused;
+  const auto stream = reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
+  streams_.made(stream, kind);
+  return stream;
 }
 
 int SimulatedBackend::create_partition(int device, int reserved_sms) {
@@ -49,8 +53,14 @@ StreamHandle SimulatedBackend::create_partition_stream(int device, int reserved_
       throw std::logic_error("simulated backend: no partition for that reserve on this device");
     }
   }
-  return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
+  const detail::StreamPool::Kind kind{device, reserved_sms};
+  if (const std::optional<StreamHandle> reused = streams_.take(kind)) return *reused;
+  const auto stream = reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
+  streams_.made(stream, kind);
+  return stream;
 }
+
+void SimulatedBackend::return_stream(int, StreamHandle stream) noexcept { streams_.give_back(stream); }
 
 EventHandle SimulatedBackend::create_event(int, bool) { return reinterpret_cast<EventHandle>(next_handle_.fetch_add(1)); }
 

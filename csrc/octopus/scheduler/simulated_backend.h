@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "octopus/scheduler/device_backend.h"
+#include "octopus/scheduler/stream_pool.h"
 
 namespace octopus::scheduler {
 
@@ -32,6 +33,7 @@ class SimulatedBackend final : public DeviceBackend {
   // Partitions are whole groups of kPartitionGranularity SMs (as on sm_90).
   int create_partition(int device, int reserved_sms) override;
   StreamHandle create_partition_stream(int device, int reserved_sms) override;
+  void return_stream(int device, StreamHandle stream) noexcept override;
   EventHandle create_event(int device, bool timed) override;
   void destroy_event(int, EventHandle) noexcept override {}
   void record_event(int device, EventHandle event, StreamHandle stream) override;
@@ -79,6 +81,8 @@ class SimulatedBackend final : public DeviceBackend {
   // Makes create_partition fail with this reason (empty: partitions work).
   void set_partition_failure(std::string reason);
   int64_t events_recorded() const { return events_recorded_.load(); }
+  // Test hook: the streams made so far (those given back and taken again count once).
+  std::size_t streams_made() const { return streams_.made_count(); }
 
  private:
   std::size_t index(int device) const;
@@ -106,6 +110,7 @@ class SimulatedBackend final : public DeviceBackend {
   std::vector<std::deque<std::pair<EventHandle, uint64_t>>> pending_;
   std::vector<std::unique_ptr<uint32_t[]>> gates_;
   std::deque<GateWrite> gate_writes_;
+  detail::StreamPool streams_;
 };
 
 }  // namespace octopus::scheduler
