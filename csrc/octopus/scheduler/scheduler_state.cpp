@@ -228,21 +228,6 @@ StreamHandle State::best_effort_stream(const DeviceState& d, int slot, const std
   return d.slots[static_cast<std::size_t>(slot)].handle;  // every SM
 }
 
-bool State::settled(const DeviceState& d, Clock::time_point now) const {
-  // Generations only grow: the oldest one with work left is the current one, or none is left.
-  // A holder that never reaches a checkpoint keeps its generation for ever: past
-  // kSettleBound, whatever it runs is taken as the current step's doing.
-  return d.best_effort_by_generation.empty() || d.best_effort_by_generation.begin()->first == d.control_generation ||
-         now - d.control_since >= duration_of(kSettleBoundS);
-}
-
-void State::best_effort_moved(DeviceState& d, uint64_t& generation) {
-  if (generation == d.control_generation) return;
-  best_effort_finished(d, generation);
-  generation = d.control_generation;
-  d.best_effort_by_generation[generation] += 1;
-}
-
 State::~State() {
   if (!backend) return;
   for (const DeviceState& d : devices) {
@@ -253,6 +238,21 @@ State::~State() {
       for (const StreamHandle stream : streams) backend->return_stream(d.device, stream);
     }
   }
+}
+
+bool State::settled(const DeviceState& d, Clock::time_point now) const {
+  // Generations only grow: the oldest one with work left is the current one, or none is left.
+  // A holder that never reaches a checkpoint keeps its generation for ever: past
+  // kSettleBoundS, whatever it runs is taken as the current step's doing.
+  return d.best_effort_by_generation.empty() || d.best_effort_by_generation.begin()->first == d.control_generation ||
+         now - d.control_since >= duration_of(kSettleBoundS);
+}
+
+void State::best_effort_moved(DeviceState& d, uint64_t& generation) {
+  if (generation == d.control_generation) return;
+  best_effort_finished(d, generation);
+  generation = d.control_generation;
+  d.best_effort_by_generation[generation] += 1;
 }
 
 void State::best_effort_finished(DeviceState& d, uint64_t generation) {
