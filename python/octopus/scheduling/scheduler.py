@@ -467,8 +467,9 @@ class StreamScheduler:
         ``attainment`` (the share within target), whether its target is infeasible, whether
         its median is over its bound where no step lowers it (``median_unhelped``), and under
         ``steps``, per step of the ladder, its jobs while the controller held that step (best-
-        effort work present), how many were over target, and their recent p50 and p99: what
-        each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
+        effort work present), how many were over target, how many were left out of the step's
+        record as ``unsettled`` (best-effort work an earlier step let in was still on the device),
+        and the recent settled jobs' p50 and p99: what each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
         whether the controller released it to ``released_settings`` (the last step that
         only keeps SMs free), whether that is a try still under way, its tries and how
         many were undone."""
