@@ -170,9 +170,13 @@ def test_a_lease_granted_at_once_keeps_the_gil():
     assert after == before, f"the spinner ran {after - before} times during 10 uncontended acquires"
 
 
+@pytest.mark.filterwarnings("ignore:octopus.StreamScheduler:RuntimeWarning")  # the 0.05-ms target's report
 def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
-    """Every class, deadlines and best-effort checkpoints (throttled by the high leases)."""
+    """Every class, deadlines and best-effort checkpoints (throttled by the high leases), with
+    latency targets set: the controller moves best-effort work between steps throughout."""
     sched = simulated(4, simulated_devices=2, best_effort_max_pause=0.002)
+    sched.set_target("a", p99_ms=0.05)  # tighter than the simulated holds: it climbs
+    sched.set_target("b", ratio=1.5)
     per_thread = 1000
     results = [[] for _ in range(64)]
     held = [0, 0]
@@ -230,6 +234,8 @@ def test_stress_64_threads_no_deadlock_no_leak_no_lost_work():
         assert [x for x in r if x >= 0] == sorted(x for x in r if x >= 0)
     assert all(d["active_leases"] == d["best_effort_leases"] == d["latency_critical_leases"] == 0
                and d["peak_leases"] <= 4 for d in stats["devices"])
+    controls = [d["control"] for d in stats["devices"]]
+    assert any(c["climbs"] >= 1 for c in controls), "the targets moved the controllers"
 
 
 def test_map_returns_results_in_order():
