@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 
 #include "octopus/scheduler/cuda_check.h"
@@ -66,17 +65,16 @@ int CudaBackend::multiprocessor_count(int device) {
 }
 
 StreamHandle CudaBackend::create_stream(int device, bool high_priority) {
-  const detail::StreamPool::Kind kind = detail::StreamPool::priority_kind(device, high_priority);
-  if (const std::optional<StreamHandle> reused = process_streams().streams.take(kind)) return *reused;
-  DeviceGuard guard(device);
-  RelaxedCaptureMode relaxed;
-  int lowest = 0, greatest = 0;  // numerically lower is higher priority
-  check(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), "cudaDeviceGetStreamPriorityRange");
-  cudaStream_t stream = nullptr;
-  check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, high_priority ? greatest : lowest),
-        "cudaStreamCreateWithPriority");
-  process_streams().streams.made(stream, kind);
-  return stream;
+  return process_streams().streams.take_or_make(detail::StreamPool::priority_kind(device, high_priority), [&] {
+    DeviceGuard guard(device);
+    RelaxedCaptureMode relaxed;
+    int lowest = 0, greatest = 0;  // numerically lower is higher priority
+    check(cudaDeviceGetStreamPriorityRange(&lowest, &greatest), "cudaDeviceGetStreamPriorityRange");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, high_priority ? greatest : lowest),
+          "cudaStreamCreateWithPriority");
+    return static_cast<StreamHandle>(stream);
+  });
 }
 
 int CudaBackend::create_partition(int device, int reserved_sms) {
@@ -90,18 +88,16 @@ int CudaBackend::create_partition(int device, int reserved_sms) {
 
 StreamHandle CudaBackend::create_partition_stream(int device, int reserved_sms) {
   ProcessStreams& p = process_streams();
-  const detail::StreamPool::Kind kind{device, reserved_sms};
-  if (const std::optional<StreamHandle> reused = p.streams.take(kind)) return *reused;
-  std::lock_guard<std::mutex> lock(p.partitions_mutex);
-  RelaxedCaptureMode relaxed;
-  auto& by_reserve = p.partitions[device];
-  const auto it = by_reserve.find(reserved_sms);
-  if (it == by_reserve.end() || !it->second) {
-    throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
-  }
-  const StreamHandle stream = it->second->create_stream();
-  p.streams.made(stream, kind);
-  return stream;
+  return p.streams.take_or_make({device, reserved_sms}, [&] {
+    std::lock_guard<std::mutex> lock(p.partitions_mutex);
+    RelaxedCaptureMode relaxed;
+    auto& by_reserve = p.partitions[device];
+    const auto it = by_reserve.find(reserved_sms);
+    if (it == by_reserve.end() || !it->second) {
+      throw std::logic_error("octopus StreamScheduler: create_partition_stream before create_partition");
+    }
+    return it->second->create_stream();
+  });
 }
 
 void CudaBackend::return_stream(int, StreamHandle stream) noexcept { process_streams().streams.give_back(stream); }

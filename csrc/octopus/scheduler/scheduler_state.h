@@ -51,9 +51,6 @@ Clock::duration duration_of(double s);
 // the caching allocator then records an event on that stream. When the scheduler and its
 // last lease are gone they go back to the backend, for the next scheduler (stream_pool.h).
 struct State {
-  State() = default;
-  State(const State&) = delete;
-  State& operator=(const State&) = delete;
   ~State();
 
   SchedulerConfig config;

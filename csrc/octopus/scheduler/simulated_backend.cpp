@@ -27,11 +27,8 @@ std::size_t SimulatedBackend::index(int device) const {
 }
 
 StreamHandle SimulatedBackend::create_stream(int device, bool high_priority) {
-  const detail::StreamPool::Kind kind = detail::StreamPool::priority_kind(device, high_priority);
-  if (const std::optional<StreamHandle> reused = streams_.take(kind)) return *reused;
-  const auto stream = reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
-  streams_.made(stream, kind);
-  return stream;
+  return streams_.take_or_make(detail::StreamPool::priority_kind(device, high_priority),
+                               [this] { return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1)); });
 }
 
 int SimulatedBackend::create_partition(int device, int reserved_sms) {
@@ -53,11 +50,8 @@ StreamHandle SimulatedBackend::create_partition_stream(int device, int reserved_
       throw std::logic_error("simulated backend: no partition for that reserve on this device");
     }
   }
-  const detail::StreamPool::Kind kind{device, reserved_sms};
-  if (const std::optional<StreamHandle> reused = streams_.take(kind)) return *reused;
-  const auto stream = reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1));
-  streams_.made(stream, kind);
-  return stream;
+  return streams_.take_or_make({device, reserved_sms},
+                               [this] { return reinterpret_cast<StreamHandle>(next_handle_.fetch_add(1)); });
 }
 
 void SimulatedBackend::return_stream(int, StreamHandle stream) noexcept { streams_.give_back(stream); }

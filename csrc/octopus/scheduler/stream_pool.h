@@ -8,7 +8,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -28,19 +27,22 @@ class StreamPool {
   }
 
   // A stream of `kind` given back earlier (the first given back first: a scheduler made after
-  // another one takes its streams in the order that one gave them back), or none.
-  std::optional<StreamHandle> take(const Kind& kind) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(kind);
-    if (it == free_.end() || it->second.empty()) return std::nullopt;
-    const StreamHandle stream = it->second.front();
-    it->second.pop_front();
-    return stream;
-  }
-  // A stream just made, of `kind`: it may be given back.
-  void made(StreamHandle stream, const Kind& kind) {
+  // another one takes its streams in the order that one gave them back), else make()'s.
+  template <class Make>
+  StreamHandle take_or_make(const Kind& kind, Make&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = free_.find(kind);
+      if (it != free_.end() && !it->second.empty()) {
+        const StreamHandle stream = it->second.front();
+        it->second.pop_front();
+        return stream;
+      }
+    }
+    const StreamHandle stream = make();  // outside the lock: making a stream may be slow
     std::lock_guard<std::mutex> lock(mutex_);
     kind_of_[stream] = kind;
+    return stream;
   }
   // Back for the next take of its kind; a stream this pool did not make is ignored.
   void give_back(StreamHandle stream) noexcept {
