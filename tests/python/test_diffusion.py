@@ -322,6 +322,60 @@ def test_a_captured_sampling_loop_replays_exactly():
     assert torch.equal(captured, eager)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+@pytest.mark.parametrize("make", [lambda: od.DDIMScheduler(clip_sample=False), od.DPMSolverMultistepScheduler,
+                                  od.UniPCMultistepScheduler])
+def test_queued_steps_each_read_their_own_coefficients(make):
+    # On sm_90 and later a step's kernel begins while the kernel computing its coefficients
+    # still runs, and waits for them: steps queued back to back, each at other timesteps (every
+    # step's coefficient table lands where the step before it had its own), equal float64 steps
+    # on the CPU.
+    n, steps = 48, 16
+    gpu, cpu = make(), make()
+    gpu.set_timesteps(steps, device="cuda")
+    cpu.set_timesteps(steps)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, 24, 24, generator=g)
+    outs = [torch.randn(x.shape, generator=g) for _ in range(steps // 2)]
+    start = torch.randint(0, steps // 2, (n,), generator=g)
+    times = [cpu.timesteps[start + k].double() for k in range(steps // 2)]
+    outs_gpu, times_gpu = [o.cuda() for o in outs], [t.cuda() for t in times]
+    y, ref = x.cuda(), x.double()
+    torch.cuda.synchronize()
+    for k in range(steps // 2):
+        y = gpu.step(outs_gpu[k], y, times_gpu[k], validate=False)
+        ref = cpu.step(outs[k].double(), ref, times[k], validate=False)
+    # float32 against float64: 8e-5 at most on this data; a step with another's coefficients
+    # is off by the latents' own size.
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-5, atol=1e-5 * ref.abs().max().item())
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+@pytest.mark.parametrize("steps", [7, 32, 33, 128, 129, 300])
+@pytest.mark.parametrize("make", [od.EulerDiscreteScheduler, lambda: od.DDPMScheduler(clip_sample=False)])
+def test_any_timestep_finds_the_nearest_step_on_cuda_as_on_the_cpu(make, steps):
+    # The CUDA coefficient kernel looks each timestep up in its schedule with a whole warp, 32
+    # entries a round (lengths at and past 32 and 128 cross its rounds); the CPU binary-searches.
+    gpu, cpu = make(), make()
+    gpu.set_timesteps(steps, device="cuda")
+    cpu.set_timesteps(steps)
+    g = torch.Generator().manual_seed(steps)
+    n = 64
+    t = torch.rand(n, generator=g, dtype=torch.float64) * 1000.0  # between, on and past the entries
+    t[:8] = cpu.timesteps[torch.randint(0, steps, (8,), generator=g)].double()
+    t[8], t[9] = 0.0, 999.0
+    x = torch.randn(n, 4, 8, 8, generator=g, dtype=torch.float64)
+    m = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    z = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    kwargs = {} if isinstance(cpu, od.EulerDiscreteScheduler) else {"variance_noise": z}
+    ref = cpu.step(m, x, t, validate=False, **kwargs)
+    got = gpu.step(m.cuda(), x.cuda(), t.cuda(), validate=False,
+                   **{k: v.cuda() for k, v in kwargs.items()})
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-12, atol=1e-12)
+
+
 def test_beta_sigmas_without_scipy_say_so_at_construction(monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.stats", None)

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "octopus/core/checks.h"
+#include "octopus/core/grid_dependency.h"
 #include "octopus/core/per_device.h"
 #include "octopus/core/plan.h"
 #include "octopus/core/tuning.h"
@@ -58,6 +59,59 @@ struct HasSegment : std::false_type {};
 template <class Op>
 struct HasSegment<Op, std::void_t<decltype(&Op::segment)>> : std::true_type {};
 
+// Functors whose kernel may begin while the kernel before it on the stream still runs
+// (programmatic dependent launch, core/grid_dependency.h): Op::kWaitsForPrimary, and op.item()
+// calls wait_for_primary() before it reads what that kernel writes. Everything else they read was
+// written before that kernel began (it was launched as usual), so their first loads go out
+// before the wait (run_segment) and its time overlaps theirs and their launch.
+template <class Op, class = void>
+struct WaitsForPrimary : std::false_type {};
+template <class Op>
+struct WaitsForPrimary<Op, std::void_t<decltype(Op::kWaitsForPrimary)>> : std::bool_constant<Op::kWaitsForPrimary> {};
+
+// run_segment for functors that wait for the kernel before theirs in op.item()
+// (WaitsForPrimary): each lane's first kUnroll vectors are loaded before the item is read, so
+// that wait overlaps them; the rest as run_segment.
+template <class Op>
+__device__ __forceinline__ void run_segment_loads_first(const Op& op, int64_t item, int64_t g0, int64_t g1,
+                                                        int lane) {
+  constexpr int V = Op::kVec;
+  constexpr int kUnroll = Op::kUnroll;
+  const int64_t a0 = (g0 + V - 1) / V * V;
+  const int64_t a1 = g1 / V * V;
+  if (a0 >= a1) {
+    const auto it = op.item(item);
+    for (int64_t g = g0 + lane; g < g1; g += 32) op.one(it, g);
+    return;
+  }
+  constexpr int64_t kStride = int64_t{32} * V * kUnroll;
+  typename Op::InVec x[kUnroll];
+  const auto load = [&](int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g < a1) x[u] = op.load(g);
+    }
+  };
+  const auto store = [&](const auto& it, int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = base + int64_t{u} * 32 * V;
+      if (g < a1) op.store(it, g, x[u]);
+    }
+  };
+  int64_t base = a0 + int64_t{lane} * V;
+  load(base);
+  const auto it = op.item(item);
+  if (lane < a0 - g0) op.one(it, g0 + lane);
+  if (lane < g1 - a1) op.one(it, a1 + lane);
+  if (base < a1) store(it, base);
+  for (base += kStride; base < a1; base += kStride) {
+    load(base);
+    store(it, base);
+  }
+}
+
 // A warp processes the packed elements [g0, g1) of one item: aligned vectors in the
 // middle (kUnroll loads in flight per lane), single elements at the two ends — or the
 // functor's own segment().
@@ -65,6 +119,9 @@ template <class Op>
 __device__ __forceinline__ void run_segment(const Op& op, int64_t item, int64_t g0, int64_t g1, int lane) {
   constexpr int V = Op::kVec;
   constexpr int kUnroll = Op::kUnroll;
+  if constexpr (WaitsForPrimary<Op>::value && !HasSegment<Op>::value) {
+    return run_segment_loads_first(op, item, g0, g1, lane);
+  }
   const auto it = op.item(item);
   if constexpr (HasSegment<Op>::value) {
     op.segment(it, g0, g1, lane);
@@ -465,6 +522,21 @@ void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
         return launch_yielding(loc, op, blocks, rounds, gate->gate, gate->max_wait_s.load(std::memory_order_relaxed),
                                stream);
       }
+    }
+  }
+  if constexpr (WaitsForPrimary<Op>::value) {
+    if (launch_arch() >= 900) {
+      cudaLaunchAttribute overlap{};
+      overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      overlap.val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(static_cast<unsigned>(blocks));
+      config.blockDim = dim3(static_cast<unsigned>(launch_threads()));
+      config.stream = stream;
+      config.attrs = &overlap;
+      config.numAttrs = 1;
+      C10_CUDA_CHECK(cudaLaunchKernelEx(&config, ragged_kernel<Loc, Op>, loc, op));
+      return;
     }
   }
   ragged_kernel<Loc, Op><<<static_cast<unsigned>(blocks), launch_threads(), 0, stream>>>(loc, op);

@@ -19,11 +19,42 @@ namespace {
 // coefficient math one after the other (a batch mixing ten kinds lost 12 us a step so).
 constexpr int kItemTableWarps = 4;
 
+// schedule_index by a whole warp: 32 entries a round, four rounds' loads in flight at once,
+// where the binary search reads one entry per halving, each load waiting for the one before
+// (this kernel's time is its chain of dependent loads). Every lane of the warp calls it; t is
+// not NaN.
+__device__ int64_t warp_schedule_index(const double* row, int64_t length, double t, int lane) {
+  constexpr int kRounds = 4;
+  for (int64_t base = 0; base < length; base += 32 * kRounds) {
+    double v[kRounds];
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int64_t k = base + r * 32 + lane;
+      v[r] = k < length ? row[k] : -INFINITY;  // past the end counts as "at most t", as in the search
+    }
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const unsigned at_most = __ballot_sync(0xffffffffu, v[r] <= t);
+      if (at_most != 0u) return nearest_entry(row, length, t, base + r * 32 + __ffs(static_cast<int>(at_most)) - 1);
+    }
+  }
+  return nearest_entry(row, length, t, length);
+}
+
 template <class Op, class Acc>
 __global__ void __launch_bounds__(kItemTableWarps * 32) sampler_item_table_kernel(const Op op, int64_t m,
                                                                                   Acc* __restrict__ table) {
+  allow_dependents();  // the step's kernel may begin; it waits for the table before reading it
   const int64_t i = blockIdx.x * static_cast<int64_t>(kItemTableWarps) + threadIdx.x / 32;
-  if (i < m && threadIdx.x % 32 == 0) op.write_item(i, table);
+  if (i >= m) return;
+  const int lane = threadIdx.x % 32;
+  const double t = op.params.timesteps[i];
+  int64_t step = -1;
+  if (t >= 0.0) {
+    const SamplerRow r = sampler_row(op.params, sample_row(op.params, i));
+    if (searches_schedule(r.kind)) step = warp_schedule_index(r.schedule, r.length, t, lane);
+  }
+  if (lane == 0) op.write_item(i, table, step);
 }
 
 // No host reads here (the tables' contents are not checked on the host, which would

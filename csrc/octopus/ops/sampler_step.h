@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "octopus/core/grid_dependency.h"
 #include "octopus/core/plan.h"
 #include "octopus/core/tuning.h"
 #include "octopus/core/vec.h"
@@ -56,6 +57,9 @@ struct SamplerRow {
   const double* schedule;  // `length` timesteps
   const double* table;     // `table_length` entries
   int64_t length, table_length, step_ratio;
+  // The schedule index of the sample's timestep where the caller found it already (the CUDA
+  // coefficient kernel searches with a whole warp); -1: step_index() searches.
+  int64_t step = -1;
   bool final_first_order, clipped_model_output, final_second_order;
   double final_alpha_cumprod, eta, clip_range;
 };
@@ -93,6 +97,14 @@ OCTOPUS_HD SamplerRow sampler_row(const SamplerParams& P, int64_t row) {
   return r;
 }
 
+// The index of the schedule entry nearest to t, from `lo`, the first index of a descending row
+// of `length` entries whose entry is at most t (length: none is).
+OCTOPUS_HD int64_t nearest_entry(const double* row, int64_t length, double t, int64_t lo) {
+  if (lo >= length) return length - 1;
+  if (lo > 0 && row[lo - 1] - t < t - row[lo]) return lo - 1;
+  return lo;
+}
+
 // The index of the schedule entry nearest to t in a descending row of `length` entries.
 OCTOPUS_HD int64_t schedule_index(const double* row, int64_t length, double t) {
   int64_t lo = 0, hi = length;  // first index with row[k] <= t
@@ -100,10 +112,17 @@ OCTOPUS_HD int64_t schedule_index(const double* row, int64_t length, double t) {
     const int64_t mid = (lo + hi) >> 1;
     if (row[mid] > t) lo = mid + 1; else hi = mid;
   }
-  if (lo >= length) return length - 1;
-  if (lo > 0 && row[lo - 1] - t < t - row[lo]) return lo - 1;
-  return lo;
+  return nearest_entry(row, length, t, lo);
 }
+
+// The schedule index of the sample's timestep t in its row.
+OCTOPUS_HD int64_t step_index(const SamplerRow& R, double t) {
+  return R.step >= 0 ? clamp_to(R.step, 0, R.length - 1) : schedule_index(R.schedule, R.length, t);
+}
+
+// Whether a kind's coefficients look its timestep up in its schedule (DDIM indexes its
+// alphas table with the timestep itself).
+OCTOPUS_HD bool searches_schedule(SamplerKind kind) { return kind != SamplerKind::DDIM; }
 
 OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
   const int64_t ti = clamp_to(static_cast<int64_t>(llround(t)), 0, R.table_length - 1);
@@ -138,7 +157,7 @@ OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
 // DDPM (variance "fixed_small"): prev = c_x0 * x0 + c_x * x + sqrt(variance) * z towards the
 // schedule's next timestep (alphas_cumprod 1 after the last), no noise at timestep 0.
 OCTOPUS_HD StepCoefficients ddpm_coefficients(const SamplerRow& R, double t) {
-  const int64_t step = schedule_index(R.schedule, R.length, t);
+  const int64_t step = step_index(R, t);
   const int64_t ti = clamp_to(static_cast<int64_t>(llround(R.schedule[step])), 0, R.table_length - 1);
   const int64_t prev = step + 1 < R.length ? static_cast<int64_t>(llround(R.schedule[step + 1])) : -1;
   const double at = R.table[ti];
@@ -172,7 +191,7 @@ OCTOPUS_HD double lambda_of(double sigma) {
 }
 
 OCTOPUS_HD StepCoefficients sigma_coefficients(const SamplerRow& R, double t) {
-  const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
+  const int64_t k = step_index(R, t), length = R.length;
   const double* sigmas = R.table;
   const double sigma = sigmas[k], next = sigmas[k + 1];
   StepCoefficients c{};
@@ -324,7 +343,7 @@ OCTOPUS_HD void unipc_update(const double* sigmas, int64_t from, int64_t to, int
 // oldest x0 (three steps back) is not in the state: the step before folds its term into the
 // corrected sample it keeps (L = xs + cd * h2, cd = that weight over the next step's cl).
 OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerRow& R, double t) {
-  const int64_t k = schedule_index(R.schedule, R.length, t), length = R.length;
+  const int64_t k = step_index(R, t), length = R.length;
   const double* sigmas = R.table;
   const int64_t solver_order = R.kind == SamplerKind::UniPC3 ? 3 : 2;
   auto order_at = [&](int64_t step) {
@@ -363,10 +382,16 @@ OCTOPUS_HD StepCoefficients unipc_coefficients(const SamplerRow& R, double t) {
   return c;
 }
 
-// Sample i's coefficients at timestep t from its row (out of line: see OCTOPUS_COEFFICIENTS).
-OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, int64_t i, double t) {
-  const int64_t row = P.sample_rows != nullptr ? clamp_to(P.sample_rows[i], 0, P.rows - 1) : (P.rows == 1 ? 0 : i);
-  const SamplerRow r = sampler_row(P, row);
+// Sample i's row.
+OCTOPUS_HD int64_t sample_row(const SamplerParams& P, int64_t i) {
+  return P.sample_rows != nullptr ? clamp_to(P.sample_rows[i], 0, P.rows - 1) : (P.rows == 1 ? 0 : i);
+}
+
+// Sample i's coefficients at timestep t from its row (out of line: see OCTOPUS_COEFFICIENTS);
+// `step` its schedule index where the caller found it (-1: searched here).
+OCTOPUS_COEFFICIENTS StepCoefficients step_coefficients(const SamplerParams& P, int64_t i, double t, int64_t step) {
+  SamplerRow r = sampler_row(P, sample_row(P, i));
+  r.step = step;
   switch (r.kind) {
     case SamplerKind::DDIM: return ddim_coefficients(r, t);
     case SamplerKind::DDPM: return ddpm_coefficients(r, t);
@@ -438,6 +463,10 @@ struct SamplerStepOp {
   // Its launches (a sampler's steps, mostly replayed from CUDA graphs) are not best-effort
   // work: no yielding variant of these kernels is compiled.
   static constexpr bool kYieldsOnDevice = false;
+  // Reading its Items from the table the kernel before it writes, the step's kernel begins
+  // while that one runs: its launch and first loads overlap the coefficient math (a few us a
+  // step on an H200, a fifth of a DPM-Solver++ step; core/grid_dependency.h).
+  static constexpr bool kWaitsForPrimary = kItemTable;
   using V = Vec<scalar_t, kVec>;
   struct InVec {
     V m, x, z, h, h2, l;
@@ -461,6 +490,7 @@ struct SamplerStepOp {
 
   OCTOPUS_HD Item item(int64_t i) const {
     if constexpr (kItemTable) {
+      wait_for_primary();
       constexpr int kPer = 16 / sizeof(acc_t);  // 16-byte loads: a row is 64 or 128 bytes
       using Words = Vec<acc_t, kPer>;
       Words r[kItemWords / kPer];
@@ -474,9 +504,9 @@ struct SamplerStepOp {
     }
   }
 
-  // Sample i's Item as a row of an item table.
-  OCTOPUS_HD void write_item(int64_t i, acc_t* table) const {
-    const Item it = computed_item(i);
+  // Sample i's Item as a row of an item table (`step`: as step_coefficients takes it).
+  OCTOPUS_HD void write_item(int64_t i, acc_t* table, int64_t step = -1) const {
+    const Item it = computed_item(i, step);
     const acc_t w[kItemWords] = {it.a, it.b, it.p, it.q, it.r, it.s,  it.u,  it.clip,
                                  it.e, it.cl, it.c1, it.c2, it.cx, it.v, it.cd, acc_t(it.skip ? 1 : 0)};
     for (int k = 0; k < kItemWords; ++k) table[i * kItemWords + k] = w[k];
@@ -487,13 +517,13 @@ struct SamplerStepOp {
     return {model_output, sample, noise, history, history2, last_sample, prev_sample, pred_x0, params, table};
   }
 
-  OCTOPUS_HD Item computed_item(int64_t i) const {
+  OCTOPUS_HD Item computed_item(int64_t i, int64_t step = -1) const {
     const double t = params.timesteps[i];
     if (!(t >= 0.0)) {
       return Item{acc_t(1), acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0),
                   acc_t(0), acc_t(1), acc_t(0), acc_t(0), acc_t(0), acc_t(0), acc_t(0), acc_t(0), true};
     }
-    const StepCoefficients c = step_coefficients(params, i, t);
+    const StepCoefficients c = step_coefficients(params, i, t, step);
     auto f = [](double v) { return static_cast<acc_t>(v); };
     return Item{f(c.a), f(c.b), f(c.p), f(c.q), f(c.r), f(reads_noise() ? c.s : 0.0),
                 f(reads_history() ? c.u : 0.0), f(c.clip), f(c.e), f(c.cl), f(c.c1), f(c.c2), f(c.cx), f(c.v), f(c.cd),
