@@ -5,7 +5,9 @@ the stream behaviour runs on CUDA."""
 import gc
 import json
 import random
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -381,32 +383,43 @@ def test_lease_stream_is_a_torch_stream(priority):
 def test_a_scheduler_made_after_another_ended_takes_its_streams_again():
     # Streams are never destroyed (work and record_stream events may outlive a scheduler);
     # a scheduler's go back when it and its last lease are gone, and the next one takes them
-    # (in the order it made them, where no other scheduler took some in between).
-    def pool_streams(sched):
-        leases = [sched.acquire(priority=p) for p in ("high", "high", "normal", "normal")]
-        streams = {lease.stream.cuda_stream for lease in leases}
-        for lease in leases:
-            lease.release()
-        return streams
+    # (in the order it made them, where no other scheduler took some in between). The pool is
+    # the process's: in a process of its own, so that no earlier test's streams are in it.
+    script = textwrap.dedent("""
+        import gc
+        import torch
+        import octopus
 
-    for latency_control in (False, True):
-        first = octopus.StreamScheduler(4, latency_control=latency_control)
-        streams = pool_streams(first)
-        assert len(streams) == 4
-        del first
-        gc.collect()
-        second = octopus.StreamScheduler(4, latency_control=latency_control)
-        again = pool_streams(second)
-        if latency_control:  # the device clock's stream, given back first, went to a slot
-            assert len(again & streams) >= 2
-        else:
-            assert again == streams
-        with second.acquire(priority="high") as lease, torch.cuda.stream(lease.stream):
-            y = torch.arange(10, device="cuda", dtype=torch.float32) * 3
-        torch.cuda.current_stream().wait_stream(lease.stream)
-        assert torch.equal(y.cpu(), torch.arange(10, dtype=torch.float32) * 3)
-        del second
-        gc.collect()
+        def pool_streams(sched):
+            leases = [sched.acquire(priority=p) for p in ("high", "high", "normal", "normal")]
+            streams = {lease.stream.cuda_stream for lease in leases}
+            for lease in leases:
+                lease.release()
+            return streams
+
+        for latency_control in (False, True):
+            first = octopus.StreamScheduler(4, latency_control=latency_control)
+            streams = pool_streams(first)
+            assert len(streams) == 4
+            del first
+            gc.collect()
+            second = octopus.StreamScheduler(4, latency_control=latency_control)
+            again = pool_streams(second)
+            if latency_control:  # the device clock's stream, given back first, went to a slot
+                assert len(again & streams) >= 2, (again, streams)
+            else:
+                assert again == streams, (again, streams)
+            with second.acquire(priority="high") as lease, torch.cuda.stream(lease.stream):
+                y = torch.arange(10, device="cuda", dtype=torch.float32) * 3
+            torch.cuda.current_stream().wait_stream(lease.stream)
+            assert torch.equal(y.cpu(), torch.arange(10, dtype=torch.float32) * 3)
+            del second
+            gc.collect()
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr
 
 
 def _sleep_time(cycles):
