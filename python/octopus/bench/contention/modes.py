@@ -42,6 +42,9 @@ SWEEP = [
     ("device yield", 0, 0, "off", None, True),
     ("partition 8 + device yield", 8, 0, "off", None, True),
     ("partition 16 + device yield", 16, 0, "off", None, True),
+    # The latency controller's steps of larger partitions (its ladder, latency_controller.h).
+    ("partition 24 + device yield", 24, 0, "off", None, True),
+    ("partition 32 + device yield", 32, 0, "off", None, True),
 ]
 
 TARGET_RATIOS = (1.5, 3.0)
