@@ -63,7 +63,7 @@ struct HasSegment<Op, std::void_t<decltype(&Op::segment)>> : std::true_type {};
 // (programmatic dependent launch, core/grid_dependency.h): Op::kWaitsForPrimary, and op.item()
 // calls wait_for_primary() before it reads what that kernel writes. Everything else they read was
 // written before that kernel began (it was launched as usual), so their first loads go out
-// before the wait (run_segment) and its time overlaps theirs and their launch.
+// before the wait (run_segment_loads_first) and its time overlaps theirs and their launch.
 template <class Op, class = void>
 struct WaitsForPrimary : std::false_type {};
 template <class Op>
