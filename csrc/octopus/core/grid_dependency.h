@@ -5,28 +5,20 @@
 // that kernel writes.
 #pragma once
 
+#include "octopus/core/plan.h"  // OCTOPUS_HD
+
 namespace octopus {
 
 // Returns once the kernel before this one on the stream has completed and its writes are
 // visible (at once where this kernel was launched as usual).
-#if defined(__CUDACC__)
-__host__ __device__ __forceinline__
-#else
-inline
-#endif
-void wait_for_primary() {
+OCTOPUS_HD void wait_for_primary() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 // Lets the next kernel on the stream begin now, if it was launched to wait for this one.
-#if defined(__CUDACC__)
-__host__ __device__ __forceinline__
-#else
-inline
-#endif
-void allow_dependents() {
+OCTOPUS_HD void allow_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
