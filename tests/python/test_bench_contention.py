@@ -69,6 +69,23 @@ def test_verdicts_ratios_and_the_oracle():
     table = report.format_table(rows, summary["oracle"])
     assert "fixed: right (oracle)" in table and "min 85%" in table and "error: RuntimeError: no partition" in table
     assert "1.5x:yes 3x:yes" in table
+    assert "host" not in table  # no row has its jobs' start times
+
+
+def test_the_jobs_over_a_target_are_told_apart_by_where_their_time_went():
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+            # 4 of 100 over 1.5 ms: three began 1.5 ms late (the host's), one ran 3 ms on the device
+            row("late", "sweep", {"a": [1.0] * 96 + [2.0, 2.0, 2.0, 3.5]}, {"x": 9.0}),
+            row("within", "sweep", {"a": [1.2] * 100}, {"x": 9.0})]
+    rows[2]["lc_start_ms"] = {"a": [0.1] * 96 + [1.5, 1.5, 1.5, 0.5]}
+    rows[3]["lc_start_ms"] = {"a": [0.1] * 100}
+    report.summarize(rows)
+    late, within = rows[2]["lc"]["a"], rows[3]["lc"]["a"]
+    assert late["within_1.5x"] == 0.96 and late["over_1.5x_host_share"] == 0.75
+    assert late["over_3x_host_share"] == 0.0  # only the 3.5 ms job is over 3 ms, and it began 0.5 ms late
+    assert within["over_1.5x_host_share"] is None
+    table = report.format_table(rows).splitlines()
+    assert "a 1.00/2.00x 96.0% (host 75%)" in table[2] and "host" not in table[3]
 
 
 def test_a_controller_row_says_where_the_controller_spent_the_run():

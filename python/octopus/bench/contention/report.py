@@ -41,6 +41,11 @@ def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> 
             for t in target_ratios:
                 limit = t * base[name]["p99_ms"]
                 job[f"within_{t:g}x"] = sum(v <= limit for v in ms) / len(ms)
+                if start and len(start) == len(ms):
+                    # Of the jobs over the target, the share that were mostly the host's: their
+                    # thread began over half their time late (no device setting helps those).
+                    late = [s > v / 2 for v, s in zip(ms, start) if v > limit]
+                    job[f"over_{t:g}x_host_share"] = sum(late) / len(late) if late else None
             jobs[name] = job
         r["lc"] = jobs
         shares = {name: rate / be_base[name] for name, rate in r.get("be_per_s", {}).items() if be_base.get(name)}
@@ -62,8 +67,9 @@ def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> 
 
 
 def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> str:
-    """One line per mode: per LC job p50 and p99 over alone and the share within 1.5x; BE's
-    minimum and each job's share; the SM clock; the verdicts."""
+    """One line per mode: per LC job p50 and p99 over alone and the share within 1.5x (and of
+    those over it, the share late on the host); BE's minimum and each job's share; the SM clock;
+    the verdicts."""
     lines = []
     for r in rows:
         mark = " (oracle)" if r["name"] == oracle else ""
@@ -71,7 +77,7 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
             lines.append(f"{r['name'] + mark:<58} error: {r['error'][:120]}")
             continue
         lc = "  ".join(f"{name} {j['p50_over_alone_p50']:.2f}/{j['p99_over_alone_p99']:.2f}x "
-                       f"{100 * j['within_1.5x']:.1f}%" for name, j in r.get("lc", {}).items())
+                       f"{100 * j['within_1.5x']:.1f}%" + _host_share(j) for name, j in r.get("lc", {}).items())
         be = "  ".join(f"{name} {100 * s:.0f}%" for name, s in r.get("be_share", {}).items())
         minimum = f"min {100 * r['be_share_min']:.0f}%" if r.get("be_share_min") is not None else ""
         clock = f"{r['sm_clock_mhz']:.0f} MHz" if r.get("sm_clock_mhz") else ""
@@ -81,6 +87,13 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
                      f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control"))
                      + _controller_steps(r.get("control")))
     return "\n".join(lines)
+
+
+def _host_share(job: Dict[str, Any]) -> str:
+    """Of an LC job's jobs over 1.5x its alone p99, the share whose thread began late (where
+    any are over)."""
+    share = job.get("over_1.5x_host_share")
+    return "" if share is None else f" (host {100 * share:.0f}%)"
 
 
 def _controller_path(control: Optional[Dict[str, Any]]) -> str:
