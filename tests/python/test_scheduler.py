@@ -122,6 +122,20 @@ def test_priority_then_fifo_order():
     assert order == [3, 1, 4, 0, 2, 6, 5]
 
 
+def test_a_kind_and_a_priority_alone_get_the_lease_the_full_call_gets():
+    # acquire's common call (a kind and a priority) skips the argument parsing.
+    sched = simulated(4)
+    for priority in ("low", "normal", "high"):
+        with sched.acquire("k", priority=priority) as short, \
+                sched.acquire("k", [], priority=priority, timeout=5.0) as full:
+            assert (short.kind, short.priority, short.work_class) == (full.kind, full.priority, full.work_class)
+    with sched.acquire("k", priority="high") as high, sched.acquire("k", priority="low") as low:
+        assert (high.priority, high.work_class) == (1, "high")
+        assert (low.priority, low.work_class) == (-1, "best_effort")
+    with pytest.raises(ValueError, match="priority"):
+        sched.acquire("k", priority="urgent")
+
+
 def test_the_gil_is_released_while_waiting():
     sched = simulated(1)
     held = sched.acquire()

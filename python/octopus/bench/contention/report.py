@@ -32,7 +32,7 @@ def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> 
         for name, ms in r.get("lc_ms", {}).items():
             if not ms or name not in base:
                 continue
-            job = dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), samples=len(ms))
+            job: Dict[str, Any] = dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), samples=len(ms))
             start = r.get("lc_start_ms", {}).get(name)
             if start:  # the host's part: arrival until the job's thread runs
                 job.update(start_p50_ms=percentile(start, 50), start_p99_ms=percentile(start, 99))
