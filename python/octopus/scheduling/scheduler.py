@@ -26,7 +26,7 @@ import torch
 
 from .. import _library
 from ..ragged import RaggedBatch
-from .arguments import DEFAULT, PRIORITIES, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
+from .arguments import DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
 from .config import SchedulerConfig
 from .executor import LeaseExecutor
 from .gil import check_interval, lower_switch_interval, restore_switch_interval
@@ -298,10 +298,10 @@ class StreamScheduler:
         that was hit, :class:`DeadlineMissed` where the deadline cannot be met.
         """
         if (shape is None and timeout is DEFAULT and device is None and bytes == 0 and deadline is None
-                and best_effort is False and type(priority) is str and priority in PRIORITIES):
-            # The common call (a kind and a priority) skips the parsing: acquire + release is on
-            # every latency-critical job's path, within a budget of a few microseconds.
-            lease = self._impl.acquire(kind, [], PRIORITIES[priority], None, -1, 0, None, False)
+                and best_effort is False):
+            # The common call (a kind and a priority) skips the other arguments' parsing: acquire +
+            # release is on every latency-critical job's path, within a budget of a few microseconds.
+            lease = self._impl.acquire(kind, [], parse_priority(priority), None, -1, 0, None, False)
         else:
             lease = self._impl.acquire(kind, parse_shape(shape), parse_priority(priority), parse_timeout(timeout),
                                        self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort))
