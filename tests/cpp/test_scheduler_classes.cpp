@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "octopus/scheduler/in_flight.h"
+#include "octopus/scheduler/policy.h"
 #include "octopus/scheduler/simulated_backend.h"
 #include "octopus/scheduler/stream_scheduler.h"
 
@@ -367,6 +369,35 @@ TEST(SchedulerClasses, TimePerUnitIsMeasuredAtCheckpoints) {
   EXPECT_DOUBLE_EQ(*f.scheduler->seconds_per_unit("cols"), 0.5);
   EXPECT_THROW(f.scheduler->set_seconds_per_unit("cols", 0.0), std::invalid_argument);
   EXPECT_THROW(background.checkpoint(-1.0), std::invalid_argument);
+}
+
+TEST(SchedulerClasses, ASliceLaunchedBehindItsHoldersLastIsToldFromOneOnAnIdleStream) {
+  auto backend = std::make_shared<SimulatedBackend>(1);
+  backend->set_manual_events(true);
+  auto events = std::make_shared<detail::EventPool>(backend, std::vector<int>{0});
+  detail::InFlightWindow window(events, 0, nullptr);
+  window.mark();              // the work before the first slice, still on the device
+  window.start_slice(10.0);   // behind it
+  window.mark();
+  backend->complete_events(0, backend->pending_events(0));
+  window.start_slice(10.0);   // every slice before it has ended: onto an idle stream
+  window.mark();
+  backend->complete_events(0, backend->pending_events(0));
+  const std::vector<detail::SliceTiming> timings = window.wait_until_at_most(0);
+  ASSERT_EQ(timings.size(), 2u);
+  EXPECT_TRUE(timings[0].queued_behind);
+  EXPECT_FALSE(timings[1].queued_behind);
+}
+
+TEST(SchedulerClasses, IdleStartSlicesOnlyLowerTheTimePerUnit) {
+  detail::SampleWindow behind(32), idle(32);
+  EXPECT_FALSE(detail::estimate_seconds_per_unit(behind, idle).has_value());
+  for (int i = 0; i < 32; ++i) idle.add(1e-9 * (100 + i));  // each waited for another stream's kernels
+  EXPECT_NEAR(*detail::estimate_seconds_per_unit(behind, idle), 1.03e-7, 1e-12);  // none other known
+  for (int i = 0; i < 32; ++i) behind.add(1e-9 * (2 + i % 4));
+  EXPECT_NEAR(*detail::estimate_seconds_per_unit(behind, idle), 2e-9, 1e-15);  // the waits are left out
+  for (int i = 0; i < 32; ++i) idle.add(1e-10);  // the work became cheaper
+  EXPECT_NEAR(*detail::estimate_seconds_per_unit(behind, idle), 1e-10, 1e-15);
 }
 
 TEST(SchedulerClasses, BestEffortNeverTakesTheLastLease) {

@@ -30,9 +30,10 @@ EventHandle InFlightWindow::record() {
 void InFlightWindow::mark() {
   const EventHandle end = record();
   const double host_s = next_start_ ? std::chrono::duration<double>(Clock::now() - next_started_).count() : 0.0;
-  marks_.push_back(Mark{next_start_, end, next_units_, host_s});
+  marks_.push_back(Mark{next_start_, end, next_units_, host_s, next_queued_behind_});
   next_start_ = nullptr;
   next_units_ = 0.0;
+  next_queued_behind_ = false;
 }
 
 std::vector<SliceTiming> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
@@ -45,7 +46,8 @@ std::vector<SliceTiming> InFlightWindow::wait_until_at_most(std::size_t unfinish
     if (m.start) {
       if (m.units > 0.0) {
         const double took = backend.elapsed_s(device_, m.start, m.end);  // NaN: no device clock
-        timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s});
+        timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s,
+                                      m.queued_behind});
       }
       pool_->give_back(device_, m.start, true);
     }
@@ -59,6 +61,7 @@ void InFlightWindow::start_slice(double units) {
     pool_->give_back(device_, next_start_, true);
     next_start_ = nullptr;
   }
+  next_queued_behind_ = !marks_.empty() && !pool_->backend().event_done(device_, marks_.back().end);
   next_start_ = record();
   next_units_ = units;
   next_started_ = Clock::now();

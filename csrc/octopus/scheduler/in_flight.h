@@ -4,7 +4,10 @@
 // slice. The device time between a slice's two events is how long it took on the device
 // (its kernels, and, where the stream was idle, the host's launching of them), never the
 // holder's pauses or waits between slices: those are what slicing adds, and counting them made
-// slices shorter where the host could not keep up, and shorter still after that. Each slice's
+// slices shorter where the host could not keep up, and shorter still after that. A slice
+// launched while the holder's previous one was still on the device starts the moment that one
+// ends; one launched onto an idle stream (every slice of a holder kept to one in flight) also
+// counts its wait for SMs that other streams' kernels hold: each is marked as which. Each slice's
 // host time (from its start to the next checkpoint: launching it, and any wait for the GIL) is
 // measured too: slices are kept longer than it (policy.h, KindModel).
 #pragma once
@@ -22,6 +25,7 @@ namespace octopus::scheduler::detail {
 struct SliceTiming {
   double seconds_per_unit;  // device time per unit (NaN: the backend has no device clock)
   double host_s;            // the host's time from its start to the next checkpoint
+  bool queued_behind;       // launched while the holder's previous slice was unfinished
 };
 
 class InFlightWindow {
@@ -52,6 +56,7 @@ class InFlightWindow {
     EventHandle end;
     double units;
     double host_s;
+    bool queued_behind;
   };
   EventHandle record();  // a timed event of the pool, recorded on the stream now
 
@@ -61,6 +66,7 @@ class InFlightWindow {
   std::deque<Mark> marks_;
   EventHandle next_start_ = nullptr;
   double next_units_ = 0.0;
+  bool next_queued_behind_ = false;
   Clock::time_point next_started_;
 };
 

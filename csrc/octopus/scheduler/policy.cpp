@@ -5,6 +5,18 @@
 #include <limits>
 
 namespace octopus::scheduler::detail {
+
+// The percentile of a kind's recent per-unit times taken as its seconds per unit (a slice whose
+// launch was late measures long).
+constexpr double kRateQuantile = 0.1;
+
+std::optional<double> estimate_seconds_per_unit(const SampleWindow& queued_behind, const SampleWindow& idle_start) {
+  const std::optional<double> behind = queued_behind.quantile(kRateQuantile);
+  const std::optional<double> idle = idle_start.quantile(kRateQuantile);
+  if (behind && idle) return std::min(*behind, *idle);
+  return behind ? behind : idle;
+}
+
 namespace {
 
 constexpr std::size_t index(WorkClass c) { return static_cast<std::size_t>(c); }

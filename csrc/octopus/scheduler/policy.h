@@ -85,10 +85,12 @@ struct KindModel {
   // Registered estimate: a fixed occupancy or a kernel profile (none: default_occupancy).
   std::variant<std::monostate, double, KernelProfile> estimate;
   SampleWindow holds{32};                 // seconds each recent lease was held
-  // Device time per unit of sliced work: a low percentile of the recent slices' (one that
-  // waited for its launch measures long), or what set_seconds_per_unit set.
+  // Device time per unit of sliced work (estimate_seconds_per_unit), or what
+  // set_seconds_per_unit set: from the recent slices launched behind the holder's previous one
+  // and those launched onto an idle stream, apart.
   std::optional<double> seconds_per_unit;
   SampleWindow rates{32};
+  SampleWindow idle_start_rates{32};
   // The host's time per slice (launching it; in a Python holder also any wait for the GIL):
   // the median of the recent slices'. Slices are sized to at least twice it (the slicing
   // helpers), or the device would wait for the host between them.
@@ -96,6 +98,15 @@ struct KindModel {
   SampleWindow host_slices{32};
 };
 using KindTable = std::unordered_map<std::string, KindModel>;
+
+// A kind's device time per unit from its recent slices: a low percentile of those launched
+// behind the holder's previous slice (`queued_behind`), or of those launched onto an idle stream
+// (`idle_start`) where that is lower or the only one. An idle-start slice's time also counts its
+// wait for SMs another stream's kernels held: beside a compute-bound best-effort job, a
+// memory-bound one kept to one slice in flight measured every slice as long as the other's
+// (the wait) plus its own, sized the next one smaller from that, measured it as long again,
+// and crawled at 1-4% of its rate (H200, benchmarks/README.md#contention). Unset without either.
+std::optional<double> estimate_seconds_per_unit(const SampleWindow& queued_behind, const SampleWindow& idle_start);
 
 class Policy {
  public:

@@ -10,9 +10,6 @@
 
 namespace octopus::scheduler::detail {
 
-// The percentile of a kind's recent per-unit times taken as its seconds per unit.
-constexpr double kRateQuantile = 0.1;
-
 uint64_t this_thread_id() { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
 
 TimelineEntry lease_entry(const LeaseGrant& g, TimelineEntry::Type type) {
@@ -435,10 +432,10 @@ void State::add_slice_timings(const std::string& kind, const std::vector<SliceTi
   if (timings.empty()) return;
   KindModel& k = kinds[kind];
   for (const SliceTiming& t : timings) {
-    if (!std::isnan(t.seconds_per_unit)) k.rates.add(t.seconds_per_unit);
+    if (!std::isnan(t.seconds_per_unit)) (t.queued_behind ? k.rates : k.idle_start_rates).add(t.seconds_per_unit);
     k.host_slices.add(t.host_s);
   }
-  if (k.rates.count() > 0) k.seconds_per_unit = k.rates.quantile(kRateQuantile);
+  if (const std::optional<double> rate = estimate_seconds_per_unit(k.rates, k.idle_start_rates)) k.seconds_per_unit = rate;
   k.host_slice_s = k.host_slices.quantile(0.5);
 }
 
