@@ -123,7 +123,7 @@ class StreamScheduler {
   // The estimate a lease of `kind` and `shape` would get on `device`.
   double estimate_occupancy(const std::string& kind, const std::vector<int64_t>& shape, int device) const;
   // Device seconds per unit of `kind`'s sliced work: measured by best-effort checkpoints
-  // (a low percentile of the recent slices'), or set here from an earlier measurement. Unset
+  // (estimate_seconds_per_unit, policy.h), or set here from an earlier measurement. Unset
   // before either.
   std::optional<double> seconds_per_unit(const std::string& kind) const;
   void set_seconds_per_unit(const std::string& kind, double seconds);
