@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "octopus/scheduler/cuda_backend.h"
 #include "octopus/scheduler/device_clock.h"
 #include "octopus/scheduler/stream_scheduler.h"
+#include "octopus/scheduler/yield_gate.h"
 
 namespace {
 
@@ -163,6 +165,54 @@ TEST(StreamSchedulerCuda, BestEffortStreamsOnAGreenContextPartition) {
 
 // The device clock (device_clock.h) stamps a completion on the host clock within tens of
 // microseconds of when the host, polling, saw it happen, however late it is asked.
+TEST(StreamSchedulerCuda, AGateGivenBackIsHandedOutAgainOnceItsWritesHaveRun) {
+  auto backend = backend_or_skip();
+  if (!backend) GTEST_SKIP() << "no CUDA device";
+  constexpr int kWords = 7;  // a size no other test's scheduler uses: the pool is the process's
+  uint32_t* gate = backend->create_gate(0, kWords);
+  if (gate == nullptr) GTEST_SKIP() << "no cuStreamWriteValue32: no yield gate";
+  const StreamHandle writer = backend->create_stream(0, true);
+  // A write still queued holds the gate back: the writer waits on a host callback until told.
+  std::atomic<bool> go{false};
+  ASSERT_EQ(cudaLaunchHostFunc(
+                static_cast<cudaStream_t>(writer),
+                [](void* flag) {
+                  while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                },
+                &go),
+            cudaSuccess);
+  backend->write_gate(0, writer, gate + 1, kYieldAll);
+  backend->write_gate(0, writer, gate + 1, 0);
+  backend->return_gate(0, gate, kWords, {writer});
+  uint32_t* other = backend->create_gate(0, kWords);
+  EXPECT_NE(other, gate);
+  EXPECT_NE(backend->create_gate(0, kWords + 1), gate);  // another size never takes it
+  go.store(true);
+  ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(writer)), cudaSuccess);
+  EXPECT_EQ(backend->create_gate(0, kWords), gate);
+  uint32_t words[kWords];
+  ASSERT_EQ(cudaMemcpy(words, gate, sizeof(words), cudaMemcpyDeviceToHost), cudaSuccess);
+  for (const uint32_t w : words) EXPECT_EQ(w, 0u);
+  // A scheduler takes a gate given back, and gives it back when it and its last lease are gone.
+  backend->return_gate(0, other, kWords, {});
+  SchedulerConfig c;
+  c.devices = {0};
+  c.max_leases_per_device = kWords;
+  std::optional<StreamScheduler> s(std::in_place, c, backend);
+  EXPECT_EQ(backend->create_gate(0, kWords) == other, false) << "the scheduler holds it";
+  std::optional<Lease> lease(s->acquire([] {
+    AcquireRequest lc;
+    lc.priority = 1;
+    return lc;
+  }()));
+  s.reset();
+  EXPECT_NE(backend->create_gate(0, kWords), other) << "its lease still holds it";
+  lease.reset();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(backend->create_gate(0, kWords), other);
+  backend->return_stream(0, writer);
+}
+
 TEST(StreamSchedulerCuda, DeviceClockStampsACompletionWhenItHappened) {
   auto backend = backend_or_skip();
   if (!backend) GTEST_SKIP() << "no CUDA device";

@@ -4,10 +4,13 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "octopus/scheduler/cuda_check.h"
 #include "octopus/scheduler/green_context.h"
@@ -30,6 +33,16 @@ struct ProcessStreams {
   std::mutex partitions_mutex;
   // By device, then by the SMs each leaves free; never destroyed (see green_context.h).
   std::map<int, std::map<int, std::unique_ptr<GreenContextPartition>>> partitions;
+  // Yield gates given back, by device and size, each with an event after the last write on
+  // each of its writers: one is handed out again once they have all completed (a write still
+  // queued could open a word its next scheduler closed). Without reuse every scheduler a
+  // process made kept a device allocation for the life of the process.
+  struct ReturnedGate {
+    uint32_t* words = nullptr;
+    std::vector<cudaEvent_t> written;
+  };
+  std::mutex gates_mutex;
+  std::map<std::pair<int, int>, std::deque<ReturnedGate>> gates;
 };
 
 ProcessStreams& process_streams() {
@@ -173,9 +186,9 @@ uint32_t* CudaBackend::create_gate(int device, int words) {
   if (write_value_ == nullptr) return nullptr;
   DeviceGuard guard(device);
   RelaxedCaptureMode relaxed;
-  void* memory = nullptr;
+  void* memory = reused_gate(device, words);
   const std::size_t bytes = sizeof(uint32_t) * static_cast<std::size_t>(words);
-  check(cudaMalloc(&memory, bytes), "cudaMalloc (the yield gate)");
+  if (memory == nullptr) check(cudaMalloc(&memory, bytes), "cudaMalloc (the yield gate)");
   // Zeroed on a stream of its own: a device-wide synchronization would wait for whatever else
   // the device runs (and is not allowed while another thread captures a graph).
   cudaStream_t stream = nullptr;
@@ -189,6 +202,56 @@ uint32_t* CudaBackend::create_gate(int device, int words) {
   (void)device;
   (void)words;
   return nullptr;
+#endif
+}
+
+void* CudaBackend::reused_gate(int device, int words) {
+  ProcessStreams& p = process_streams();
+  std::lock_guard<std::mutex> lock(p.gates_mutex);
+  std::deque<ProcessStreams::ReturnedGate>& returned = p.gates[{device, words}];
+  for (auto it = returned.begin(); it != returned.end(); ++it) {
+    bool written = true;
+    for (const cudaEvent_t event : it->written) {
+      if (cudaEventQuery(event) != cudaSuccess) {  // not yet (or failed): that gate waits
+        cudaGetLastError();
+        written = false;
+        break;
+      }
+    }
+    if (!written) continue;
+    for (const cudaEvent_t event : it->written) cudaEventDestroy(event);
+    uint32_t* gate = it->words;
+    returned.erase(it);
+    return gate;
+  }
+  return nullptr;
+}
+
+void CudaBackend::return_gate(int device, uint32_t* gate, int words, const std::vector<StreamHandle>& writers) noexcept {
+#if CUDART_VERSION >= 12050
+  if (gate == nullptr) return;
+  DeviceGuard guard(device);
+  RelaxedCaptureMode relaxed;
+  ProcessStreams::ReturnedGate returned{gate, {}};
+  for (const StreamHandle stream : writers) {
+    cudaEvent_t event = nullptr;
+    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventRecord(event, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
+      cudaGetLastError();
+      if (event != nullptr) cudaEventDestroy(event);
+      for (const cudaEvent_t e : returned.written) cudaEventDestroy(e);
+      return;  // kept for ever, as before gates were reused
+    }
+    returned.written.push_back(event);
+  }
+  ProcessStreams& p = process_streams();
+  std::lock_guard<std::mutex> lock(p.gates_mutex);
+  p.gates[{device, words}].push_back(std::move(returned));
+#else
+  (void)device;
+  (void)gate;
+  (void)words;
+  (void)writers;
 #endif
 }
 

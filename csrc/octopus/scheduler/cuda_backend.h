@@ -39,6 +39,7 @@ class CudaBackend final : public DeviceBackend {
   // no kernel, so a close is not queued behind best-effort blocks for an SM). Null where the
   // driver has no such call.
   uint32_t* create_gate(int device, int words) override;
+  void return_gate(int device, uint32_t* gate, int words, const std::vector<StreamHandle>& writers) noexcept override;
   void write_gate(int device, StreamHandle stream, uint32_t* word, uint32_t value) override;
 
  private:
@@ -47,6 +48,8 @@ class CudaBackend final : public DeviceBackend {
   std::vector<std::string> pci_bus_ids_;
   std::once_flag write_value_once_;
   void* write_value_ = nullptr;  // the driver's cuStreamWriteValue32, where it has one
+  // A gate of `words` given back whose writes have all run (it leaves the pool), or null.
+  void* reused_gate(int device, int words);
 };
 
 }  // namespace octopus::scheduler

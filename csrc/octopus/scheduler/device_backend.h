@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace octopus::scheduler {
 
@@ -57,9 +58,14 @@ class DeviceBackend {
   // slow (NVML): the scheduler never calls it while holding its lock.
   virtual std::optional<double> utilization(int device) = 0;
   // The device's yield gate (yield_gate.h): `words` 32-bit words of device memory, zeroed,
-  // kept for the life of the process (kernels queued before a scheduler's end may still read
-  // them). Null where the backend has none: best-effort kernels then never yield on the device.
+  // never freed (kernels queued before a scheduler's end may still read them): one given back
+  // (return_gate) is handed out again once the writes queued on its writers have run. Null
+  // where the backend has none: best-effort kernels then never yield on the device.
   virtual uint32_t* create_gate(int /*device*/, int /*words*/) { return nullptr; }
+  // A gate of `words` words its scheduler no longer uses; `writers` are the streams that wrote
+  // to it (the last write on each opens its word).
+  virtual void return_gate(int /*device*/, uint32_t* /*gate*/, int /*words*/,
+                           const std::vector<StreamHandle>& /*writers*/) noexcept {}
   // Queues a write of `value` to `word` on `stream`, ordered after the work queued there
   // before it and done without a kernel (it must not wait for an SM).
   virtual void write_gate(int /*device*/, StreamHandle /*stream*/, uint32_t* /*word*/, uint32_t /*value*/) {}

@@ -228,6 +228,12 @@ StreamHandle State::best_effort_stream(const DeviceState& d, int slot, const std
 State::~State() {
   if (!backend) return;
   for (const DeviceState& d : devices) {
+    if (d.gate_words != nullptr) {  // written by the latency-critical slots' leases only
+      const int n = config.max_leases_per_device, first = policy.first_slot(WorkClass::LatencyCritical);
+      std::vector<StreamHandle> writers;
+      for (int k = first; k < first + n; ++k) writers.push_back(d.slots[static_cast<std::size_t>(k)].handle);
+      backend->return_gate(d.device, d.gate_words, n, writers);
+    }
     for (const StreamSlot& slot : d.slots) {
       if (slot.handle != nullptr) backend->return_stream(d.device, slot.handle);
     }

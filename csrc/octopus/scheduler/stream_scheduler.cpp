@@ -219,8 +219,8 @@ StreamScheduler::~StreamScheduler() {
   state_->control_wake.notify_all();
   if (adapter_.joinable()) adapter_.join();
   if (controller_.joinable()) controller_.join();
-  // Launches on its streams no longer yield; leases still held keep the gates' words alive
-  // (they are never freed: kernels queued before now may read them).
+  // Launches on its streams no longer yield; leases still held keep the gates' words in use
+  // (the backend takes them back with the last lease: State::~State).
   for (const detail::DeviceState& d : state_->devices) {
     if (d.yield_gate) unregister_yield_streams(d.yield_gate.get());
   }
