@@ -163,8 +163,8 @@ TEST(StreamSchedulerCuda, BestEffortStreamsOnAGreenContextPartition) {
 
 }  // namespace
 
-// The device clock (device_clock.h) stamps a completion on the host clock within tens of
-// microseconds of when the host, polling, saw it happen, however late it is asked.
+// A yield gate given back goes to the next scheduler of its size only once the writes queued
+// on its writers have run (one still queued could open a word the next one closed), zeroed.
 TEST(StreamSchedulerCuda, AGateGivenBackIsHandedOutAgainOnceItsWritesHaveRun) {
   auto backend = backend_or_skip();
   if (!backend) GTEST_SKIP() << "no CUDA device";
@@ -172,23 +172,28 @@ TEST(StreamSchedulerCuda, AGateGivenBackIsHandedOutAgainOnceItsWritesHaveRun) {
   uint32_t* gate = backend->create_gate(0, kWords);
   if (gate == nullptr) GTEST_SKIP() << "no cuStreamWriteValue32: no yield gate";
   const StreamHandle writer = backend->create_stream(0, true);
-  // A write still queued holds the gate back: the writer waits on a host callback until told.
-  std::atomic<bool> go{false};
+  // A write still queued holds the gate back: the writer waits on a host callback until told
+  // (static: the callback may outlive a failed assertion's early return).
+  static std::atomic<bool> go{false};
+  go.store(false);
+  struct Go {
+    ~Go() { go.store(true); }
+  } release_the_writer_at_exit;
   ASSERT_EQ(cudaLaunchHostFunc(
                 static_cast<cudaStream_t>(writer),
-                [](void* flag) {
-                  while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                [](void*) {
+                  while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 },
-                &go),
+                nullptr),
             cudaSuccess);
-  backend->write_gate(0, writer, gate + 1, kYieldAll);
   backend->write_gate(0, writer, gate + 1, 0);
+  backend->write_gate(0, writer, gate + 1, kYieldAll);  // left closed: the reuse must zero it
   backend->return_gate(0, gate, kWords, {writer});
   uint32_t* other = backend->create_gate(0, kWords);
   EXPECT_NE(other, gate);
-  EXPECT_NE(backend->create_gate(0, kWords + 1), gate);  // another size never takes it
   go.store(true);
   ASSERT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(writer)), cudaSuccess);
+  EXPECT_NE(backend->create_gate(0, kWords + 1), gate);  // another size never takes it
   EXPECT_EQ(backend->create_gate(0, kWords), gate);
   uint32_t words[kWords];
   ASSERT_EQ(cudaMemcpy(words, gate, sizeof(words), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -199,7 +204,7 @@ TEST(StreamSchedulerCuda, AGateGivenBackIsHandedOutAgainOnceItsWritesHaveRun) {
   c.devices = {0};
   c.max_leases_per_device = kWords;
   std::optional<StreamScheduler> s(std::in_place, c, backend);
-  EXPECT_EQ(backend->create_gate(0, kWords) == other, false) << "the scheduler holds it";
+  EXPECT_NE(backend->create_gate(0, kWords), other) << "the scheduler holds it";
   std::optional<Lease> lease(s->acquire([] {
     AcquireRequest lc;
     lc.priority = 1;
@@ -213,6 +218,8 @@ TEST(StreamSchedulerCuda, AGateGivenBackIsHandedOutAgainOnceItsWritesHaveRun) {
   backend->return_stream(0, writer);
 }
 
+// The device clock (device_clock.h) stamps a completion on the host clock within tens of
+// microseconds of when the host, polling, saw it happen, however late it is asked.
 TEST(StreamSchedulerCuda, DeviceClockStampsACompletionWhenItHappened) {
   auto backend = backend_or_skip();
   if (!backend) GTEST_SKIP() << "no CUDA device";

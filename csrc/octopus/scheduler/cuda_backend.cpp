@@ -230,23 +230,23 @@ void* CudaBackend::reused_gate(int device, int words) {
 void CudaBackend::return_gate(int device, uint32_t* gate, int words, const std::vector<StreamHandle>& writers) noexcept {
 #if CUDART_VERSION >= 12050
   if (gate == nullptr) return;
-  DeviceGuard guard(device);
-  RelaxedCaptureMode relaxed;
   ProcessStreams::ReturnedGate returned{gate, {}};
-  for (const StreamHandle stream : writers) {
-    cudaEvent_t event = nullptr;
-    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventRecord(event, static_cast<cudaStream_t>(stream)) != cudaSuccess) {
-      cudaGetLastError();
-      if (event != nullptr) cudaEventDestroy(event);
-      for (const cudaEvent_t e : returned.written) cudaEventDestroy(e);
-      return;  // kept for ever, as before gates were reused
+  try {  // at interpreter exit the runtime may be going: then the gate is kept for ever, as before reuse
+    DeviceGuard guard(device);
+    RelaxedCaptureMode relaxed;
+    for (const StreamHandle stream : writers) {
+      cudaEvent_t event = nullptr;
+      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags (a returned gate)");
+      returned.written.push_back(event);
+      check(cudaEventRecord(event, static_cast<cudaStream_t>(stream)), "cudaEventRecord (a returned gate)");
     }
-    returned.written.push_back(event);
+    ProcessStreams& p = process_streams();
+    std::lock_guard<std::mutex> lock(p.gates_mutex);
+    p.gates[{device, words}].push_back(std::move(returned));
+  } catch (...) {
+    cudaGetLastError();
+    for (const cudaEvent_t e : returned.written) cudaEventDestroy(e);
   }
-  ProcessStreams& p = process_streams();
-  std::lock_guard<std::mutex> lock(p.gates_mutex);
-  p.gates[{device, words}].push_back(std::move(returned));
 #else
   (void)device;
   (void)gate;

@@ -61,8 +61,10 @@ void InFlightWindow::start_slice(double units) {
     pool_->give_back(device_, next_start_, true);
     next_start_ = nullptr;
   }
-  next_queued_behind_ = !marks_.empty() && !pool_->backend().event_done(device_, marks_.back().end);
   next_start_ = record();
+  // Asked after the start is recorded: a previous slice that ends in between leaves this one
+  // marked as queued behind it (an idle-start slice taken as its own time), never the reverse.
+  next_queued_behind_ = !marks_.empty() && !pool_->backend().event_done(device_, marks_.back().end);
   next_units_ = units;
   next_started_ = Clock::now();
 }

@@ -87,9 +87,10 @@ struct KindModel {
   SampleWindow holds{32};                 // seconds each recent lease was held
   // Device time per unit of sliced work (estimate_seconds_per_unit), or what
   // set_seconds_per_unit set: from the recent slices launched behind the holder's previous one
-  // and those launched onto an idle stream, apart.
+  // (while one came in the last kQueuedBehindMemoryS) and those launched onto an idle stream.
   std::optional<double> seconds_per_unit;
-  SampleWindow rates{32};
+  SampleWindow queued_behind_rates{32};
+  Clock::time_point last_queued_behind;
   SampleWindow idle_start_rates{32};
   // The host's time per slice (launching it; in a Python holder also any wait for the GIL):
   // the median of the recent slices'. Slices are sized to at least twice it (the slicing
@@ -105,8 +106,13 @@ using KindTable = std::unordered_map<std::string, KindModel>;
 // wait for SMs another stream's kernels held: beside a compute-bound best-effort job, a
 // memory-bound one kept to one slice in flight measured every slice as long as the other's
 // (the wait) plus its own, sized the next one smaller from that, measured it as long again,
-// and crawled at 1-4% of its rate (H200, benchmarks/README.md#contention). Unset without either.
+// and crawled at 1-9% of its rate (H200, benchmarks/README.md#contention). Unset without either.
 std::optional<double> estimate_seconds_per_unit(const SampleWindow& queued_behind, const SampleWindow& idle_start);
+// How long queued-behind samples stand for a kind that has had none since (its holders kept to
+// one slice in flight, at the controller's top steps): the controller steps down to explore
+// within seconds, where they are measured again; past it, work whose units became dearer meanwhile
+// would run in slices longer than their budget.
+constexpr double kQueuedBehindMemoryS = 30.0;
 
 class Policy {
  public:

@@ -229,6 +229,8 @@ State::~State() {
   if (!backend) return;
   for (const DeviceState& d : devices) {
     if (d.gate_words != nullptr) {  // written by the latency-critical slots' leases only
+      // A constructor that threw left its streams registered: none may read the gate once given back.
+      if (d.yield_gate) unregister_yield_streams(d.yield_gate.get());
       const int n = config.max_leases_per_device, first = policy.first_slot(WorkClass::LatencyCritical);
       std::vector<StreamHandle> writers;
       for (int k = first; k < first + n; ++k) writers.push_back(d.slots[static_cast<std::size_t>(k)].handle);
@@ -437,11 +439,24 @@ void State::give_up(Waiter& w, bool deadline_passed) {
 void State::add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings) {
   if (timings.empty()) return;
   KindModel& k = kinds[kind];
+  const auto now = Clock::now();
   for (const SliceTiming& t : timings) {
-    if (!std::isnan(t.seconds_per_unit)) (t.queued_behind ? k.rates : k.idle_start_rates).add(t.seconds_per_unit);
+    if (!std::isnan(t.seconds_per_unit)) {
+      if (t.queued_behind) {
+        k.queued_behind_rates.add(t.seconds_per_unit);
+        k.last_queued_behind = now;
+      } else {
+        k.idle_start_rates.add(t.seconds_per_unit);
+      }
+    }
     k.host_slices.add(t.host_s);
   }
-  if (const std::optional<double> rate = estimate_seconds_per_unit(k.rates, k.idle_start_rates)) k.seconds_per_unit = rate;
+  if (k.queued_behind_rates.count() > 0 && now - k.last_queued_behind > duration_of(kQueuedBehindMemoryS)) {
+    k.queued_behind_rates = SampleWindow(32);
+  }
+  if (const std::optional<double> rate = estimate_seconds_per_unit(k.queued_behind_rates, k.idle_start_rates)) {
+    k.seconds_per_unit = rate;
+  }
   k.host_slice_s = k.host_slices.quantile(0.5);
 }
 

@@ -382,9 +382,10 @@ class StreamScheduler:
         of the recent slices' device time (from an event before each slice to one after it,
         recorded at best-effort checkpoints where ``best_effort_in_flight`` > 0; pauses between
         slices are not in it), or what :meth:`set_seconds_per_unit` set; None before either.
-        Slices launched while the holder's previous one was still on the device count first: one
-        launched onto an idle stream also counts its wait for SMs other streams' kernels hold, and
-        only lowers the estimate. Slices with a ``budget`` use it."""
+        Slices launched while the holder's previous one was still on the device count (where some
+        came in the last 30 s); one launched onto an idle stream also counts its wait for SMs
+        other streams' kernels hold, and only lowers the estimate. Slices with a ``budget`` use
+        it."""
         return cast("float | None", self._impl.seconds_per_unit(kind))
 
     def host_seconds_per_slice(self, kind: str) -> float | None:
