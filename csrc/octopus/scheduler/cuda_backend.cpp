@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -210,14 +211,8 @@ void* CudaBackend::reused_gate(int device, int words) {
   std::lock_guard<std::mutex> lock(p.gates_mutex);
   std::deque<ProcessStreams::ReturnedGate>& returned = p.gates[{device, words}];
   for (auto it = returned.begin(); it != returned.end(); ++it) {
-    bool written = true;
-    for (const cudaEvent_t event : it->written) {
-      if (cudaEventQuery(event) != cudaSuccess) {  // not yet (or failed): that gate waits
-        cudaGetLastError();
-        written = false;
-        break;
-      }
-    }
+    const bool written = std::all_of(it->written.begin(), it->written.end(),
+                                     [&](const cudaEvent_t event) { return event_done(device, event); });
     if (!written) continue;
     for (const cudaEvent_t event : it->written) cudaEventDestroy(event);
     uint32_t* gate = it->words;

@@ -452,7 +452,7 @@ void State::add_slice_timings(const std::string& kind, const std::vector<SliceTi
     k.host_slices.add(t.host_s);
   }
   if (k.queued_behind_rates.count() > 0 && now - k.last_queued_behind > duration_of(kQueuedBehindMemoryS)) {
-    k.queued_behind_rates = SampleWindow(32);
+    k.queued_behind_rates.clear();
   }
   if (const std::optional<double> rate = estimate_seconds_per_unit(k.queued_behind_rates, k.idle_start_rates)) {
     k.seconds_per_unit = rate;
