@@ -4,8 +4,10 @@
 // partitions, and a stress run of every class with deadlines and checkpoints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -398,6 +400,48 @@ TEST(SchedulerClasses, IdleStartSlicesOnlyLowerTheTimePerUnit) {
   EXPECT_NEAR(*detail::estimate_seconds_per_unit(behind, idle), 2e-9, 1e-15);  // the waits are left out
   for (int i = 0; i < 32; ++i) idle.add(1e-10);  // the work became cheaper
   EXPECT_NEAR(*detail::estimate_seconds_per_unit(behind, idle), 1e-10, 1e-15);
+}
+
+// What a kind's time per unit comes to after `slices` slices sized to a 1 ms budget from it,
+// each launched onto an idle stream and doing 1 ns of work per unit plus `wait_s` of waiting
+// that does not shrink with it (for the SMs of another stream's kernels, for the yield gate).
+double time_per_unit_after(int slices, double wait_s, detail::KindModel& k) {
+  const double budget = 1e-3, work = 1e-9;
+  const auto now = detail::Clock::now();
+  for (int i = 0; i < slices; ++i) {
+    const double units = std::max(1.0, std::floor(budget / k.seconds_per_unit.value_or(work)));
+    detail::add_slice_timings(k, {{(wait_s + units * work) / units, 1e-5, false}}, now);
+  }
+  return *k.seconds_per_unit;
+}
+
+TEST(SchedulerClasses, AWaitInEverySliceDoesNotShrinkSlicesWithoutBound) {
+  detail::KindModel k;
+  detail::add_slice_timings(k, {{1e-9, 1e-5, false}}, detail::Clock::now());  // a first slice alone
+  EXPECT_DOUBLE_EQ(time_per_unit_after(400, 2e-3, k), detail::kMaxSlowdown * 1e-9);
+  // Unbounded, the same slices end at ~1 unit each: what the bound is for.
+  detail::SampleWindow behind(32), idle(32);
+  double rate = 1e-9;
+  for (int i = 0; i < 400; ++i) {
+    const double units = std::max(1.0, std::floor(1e-3 / rate));
+    idle.add((2e-3 + units * 1e-9) / units);
+    rate = *detail::estimate_seconds_per_unit(behind, idle);
+  }
+  EXPECT_GT(rate, 1e3 * 1e-9);
+  // A slowdown within the bound stands; slices queued behind another move the bound's base
+  // (the work itself became dearer).
+  detail::KindModel shared;
+  detail::add_slice_timings(shared, {{1e-9, 1e-5, false}}, detail::Clock::now());
+  for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{3e-9, 1e-5, false}}, detail::Clock::now());
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, 3e-9);
+  for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{2e-8, 1e-5, true}}, detail::Clock::now());
+  for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{5e-8, 1e-5, false}}, detail::Clock::now());
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, 2e-8);  // behind's 10th percentile, below idle's
+  // Once the queued-behind slices have aged out, idle-start ones are bounded from theirs again.
+  const auto later = detail::Clock::now() + std::chrono::seconds(31);
+  for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{1e-6, 1e-5, false}}, later);
+  EXPECT_EQ(shared.queued_behind_rates.count(), 0u);
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, detail::kMaxSlowdown * 2e-8);
 }
 
 TEST(SchedulerClasses, BestEffortNeverTakesTheLastLease) {

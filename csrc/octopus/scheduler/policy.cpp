@@ -1,6 +1,7 @@
 #include "octopus/scheduler/policy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -15,6 +16,31 @@ std::optional<double> estimate_seconds_per_unit(const SampleWindow& queued_behin
   const std::optional<double> idle = idle_start.quantile(kRateQuantile);
   if (behind && idle) return std::min(*behind, *idle);
   return behind ? behind : idle;
+}
+
+void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Clock::time_point now) {
+  for (const SliceTiming& t : timings) {
+    if (!std::isnan(t.seconds_per_unit)) {
+      if (t.queued_behind) {
+        k.queued_behind_rates.add(t.seconds_per_unit);
+        k.last_queued_behind = now;
+      } else {
+        k.idle_start_rates.add(t.seconds_per_unit);
+      }
+    }
+    k.host_slices.add(t.host_s);
+  }
+  const double since_behind_s = std::chrono::duration<double>(now - k.last_queued_behind).count();
+  if (k.queued_behind_rates.count() > 0 && since_behind_s > kQueuedBehindMemoryS) {
+    k.queued_behind_rates.clear();
+  }
+  if (const std::optional<double> rate = estimate_seconds_per_unit(k.queued_behind_rates, k.idle_start_rates)) {
+    // Queued-behind slices measure the work itself: while some stand, the bound follows them.
+    const bool rebase = k.queued_behind_rates.count() > 0 || !k.seconds_per_unit_bound_base;
+    k.seconds_per_unit_bound_base = rebase ? *rate : std::min(*rate, *k.seconds_per_unit_bound_base);
+    k.seconds_per_unit = std::min(*rate, kMaxSlowdown * *k.seconds_per_unit_bound_base);
+  }
+  k.host_slice_s = k.host_slices.quantile(0.5);
 }
 
 namespace {

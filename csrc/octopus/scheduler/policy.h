@@ -15,6 +15,7 @@
 #include "octopus/scheduler/config.h"
 #include "octopus/scheduler/device_backend.h"
 #include "octopus/scheduler/event_pool.h"
+#include "octopus/scheduler/in_flight.h"
 #include "octopus/scheduler/latency_controller.h"
 #include "octopus/scheduler/sample_window.h"
 #include "octopus/scheduler/wait_queue.h"
@@ -87,8 +88,10 @@ struct KindModel {
   SampleWindow holds{32};                 // seconds each recent lease was held
   // Device time per unit of sliced work (estimate_seconds_per_unit), or what
   // set_seconds_per_unit set: from the recent slices launched behind the holder's previous one
-  // (while one came in the last kQueuedBehindMemoryS) and those launched onto an idle stream.
+  // (while one came in the last kQueuedBehindMemoryS) and those launched onto an idle stream,
+  // bounded where only the latter stand (add_slice_timings).
   std::optional<double> seconds_per_unit;
+  std::optional<double> seconds_per_unit_bound_base;  // what that bound is kMaxSlowdown times
   SampleWindow queued_behind_rates{32};
   Clock::time_point last_queued_behind;
   SampleWindow idle_start_rates{32};
@@ -113,6 +116,20 @@ std::optional<double> estimate_seconds_per_unit(const SampleWindow& queued_behin
 // within seconds, where they are measured again; past it, work whose units became dearer meanwhile
 // would run in slices longer than their budget.
 constexpr double kQueuedBehindMemoryS = 30.0;
+
+// Adds what a kind's finished slices measured (at `now`) to its model, and sets its
+// seconds_per_unit: estimate_seconds_per_unit, but where no queued-behind slice stands (only
+// slices launched onto an idle stream), never more than kMaxSlowdown times the lowest estimate
+// since one last did. A wait in every such slice that does not shrink with it (for the SMs of
+// another stream's kernels, for the device-yield gate) feeds on itself: a slice measured long
+// is cut smaller, waits as long, measures longer per unit, and where the wait exceeds the
+// slice budget the estimate grows without bound. A memory-bound job held to one slice in
+// flight from the controller's first second went from ~5e-12 to 1.1e-8 s per element and ran at
+// 0.5% of its rate (H200, benchmarks/README.md#contention). Sharing the device slows a kind's
+// work by a small factor; beyond that a sample measured waits. Queued-behind slices measure
+// the work itself, so where the work becomes dearer the bound follows them.
+void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Clock::time_point now);
+constexpr double kMaxSlowdown = 4.0;
 
 class Policy {
  public:

@@ -437,27 +437,7 @@ void State::give_up(Waiter& w, bool deadline_passed) {
 }
 
 void State::add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings) {
-  if (timings.empty()) return;
-  KindModel& k = kinds[kind];
-  const auto now = Clock::now();
-  for (const SliceTiming& t : timings) {
-    if (!std::isnan(t.seconds_per_unit)) {
-      if (t.queued_behind) {
-        k.queued_behind_rates.add(t.seconds_per_unit);
-        k.last_queued_behind = now;
-      } else {
-        k.idle_start_rates.add(t.seconds_per_unit);
-      }
-    }
-    k.host_slices.add(t.host_s);
-  }
-  if (k.queued_behind_rates.count() > 0 && now - k.last_queued_behind > duration_of(kQueuedBehindMemoryS)) {
-    k.queued_behind_rates.clear();
-  }
-  if (const std::optional<double> rate = estimate_seconds_per_unit(k.queued_behind_rates, k.idle_start_rates)) {
-    k.seconds_per_unit = rate;
-  }
-  k.host_slice_s = k.host_slices.quantile(0.5);
+  if (!timings.empty()) detail::add_slice_timings(kinds[kind], timings, Clock::now());
 }
 
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
