@@ -18,28 +18,11 @@ and the controller's steps (the "latency control" counter). ``--yield-off-only``
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
-import os
 from typing import List, Optional
 
-import torch
-
-import octopus
-from octopus.bench.contention import report
 from octopus.bench.contention.modes import Mode
-from octopus.bench.contention.runner import Runner
 from octopus.bench.contention.workloads import FAMILIES
-
-
-class _Recorded(octopus.StreamScheduler):
-    """The benchmark's scheduler, remembered so that its timeline can be written after a run."""
-
-    last: Optional[octopus.StreamScheduler] = None
-
-    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
-        _Recorded.last = self
+from scheduler_runs import run_and_report, start, write_rows
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -53,12 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--trace-dir", default=None, help="write each controller run's scheduler timeline here")
     p.add_argument("--json", default=None, help="write the raw rows here")
     args = p.parse_args(argv)
-    device = torch.device("cuda")
-    octopus.StreamScheduler = _Recorded  # type: ignore[misc]  # the Runner makes its schedulers through it
-    lc_jobs, be_jobs = FAMILIES[args.workload](device, 1.0)
-    runner = Runner(lc_jobs, be_jobs, device, 0.5, 3.0, 8.0, None)
-    rows = [runner.run(Mode("LC alone", "normal", "none", kind="alone")),
-            runner.run(Mode("BE alone", "none", "normal", kind="alone"))]
+    runner, rows = start(args.workload)
     variants = [(f"controller {args.target:g}x, yield auto", dict(latency_ratio=args.target)),
                 (f"controller {args.target:g}x, yield off", dict(latency_ratio=args.target, device_yield=False))]
     if args.yield_auto_only or args.yield_off_only:
@@ -67,21 +45,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for k, (name, options) in enumerate(variants):
             if args.trace_dir:
                 options = dict(options, record_timeline=True)
-            row = runner.run(Mode(name, "lease", "lease", kind="controller", target_ratio=args.target,
-                                  options=options))
-            row.update(repeat=repeat)
-            rows.append(row)
-            print(report.format_table([row], report.summarize(rows)["oracle"]), flush=True)
-            if args.trace_dir and _Recorded.last is not None:
-                os.makedirs(args.trace_dir, exist_ok=True)
-                path = os.path.join(args.trace_dir, f"trace_{repeat}_{k}.json")
-                _Recorded.last.dump_trace(path)
-                with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
-                    g.write(f.read())
-                os.remove(path)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(workload=args.workload, rows=rows), f)
+            run_and_report(runner, Mode(name, "lease", "lease", kind="controller", target_ratio=args.target,
+                                        options=options), rows, repeat, args.trace_dir, f"trace_{repeat}_{k}")
+    write_rows(args.json, args.workload, rows)
     return 0
 
 

@@ -1,0 +1,64 @@
+"""What the scheduler experiments in this folder share (``controller_yield_ab.py``,
+``throttled_split.py``): the contention benchmark's runs of one mode, each printed as a table
+line as it ends, with the scheduler of the run remembered so that its timeline can be written
+(gzipped Chrome-trace JSON), and the raw rows written at the end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+import octopus
+from octopus.bench.contention import report
+from octopus.bench.contention.modes import Mode
+from octopus.bench.contention.runner import Runner
+from octopus.bench.contention.workloads import FAMILIES
+
+
+class _Recorded(octopus.StreamScheduler):
+    """The benchmark's scheduler, remembered so that its timeline can be written after a run."""
+
+    last: Optional[octopus.StreamScheduler] = None
+
+    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        _Recorded.last = self
+
+
+def start(workload: str) -> Tuple[Runner, List[Dict[str, Any]]]:
+    """The benchmark's runner for one workload family on the current CUDA device, its
+    schedulers remembered, and the rows of its LC jobs alone and BE jobs alone."""
+    octopus.StreamScheduler = _Recorded  # type: ignore[misc]  # the Runner makes its schedulers through it
+    device = torch.device("cuda")
+    lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
+    runner = Runner(lc_jobs, be_jobs, device, 0.5, 3.0, 8.0, None)
+    return runner, [runner.run(Mode("LC alone", "normal", "none", kind="alone")),
+                    runner.run(Mode("BE alone", "none", "normal", kind="alone"))]
+
+
+def run_and_report(runner: Runner, mode: Mode, rows: List[Dict[str, Any]], repeat: int,
+                   trace_dir: Optional[str], trace_name: str) -> None:
+    """Runs ``mode``, appends its row to ``rows``, prints its table line and, with
+    ``trace_dir``, writes the run's scheduler timeline there as ``trace_name``.json.gz (the mode
+    must have been made with ``record_timeline=True`` among its options)."""
+    row = runner.run(mode)
+    row.update(repeat=repeat)
+    rows.append(row)
+    print(report.format_table([row], report.summarize(rows)["oracle"]), flush=True)
+    if trace_dir and _Recorded.last is not None:
+        os.makedirs(trace_dir, exist_ok=True)
+        path = os.path.join(trace_dir, f"{trace_name}.json")
+        _Recorded.last.dump_trace(path)
+        with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
+            g.write(f.read())
+        os.remove(path)
+
+
+def write_rows(path: Optional[str], workload: str, rows: List[Dict[str, Any]]) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(dict(workload=workload, rows=rows), f)

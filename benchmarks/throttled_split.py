@@ -1,0 +1,52 @@
+"""How best-effort kinds split the device at the latency controller's throttled steps, pinned.
+
+An experiment (not part of octopus-bench), CUDA only. At the controller's top steps (slices
+of 1 ms or 0.25 ms, one in flight, a quarter of the SMs kept free, best-effort work held back
+while latency-critical work waits or runs, octopus's kernels yielding on the device) one
+best-effort kind has kept over 100% of its alone throughput while the other fell to 0-50%,
+run to run. This runs those settings pinned (latency control off), ``--repeats`` times, as
+the contention benchmark measures a mode (its ``Runner``), one table line per run, and with
+``--trace-dir`` writes each run's scheduler timeline (per best-effort kind its leases and its
+"throttle" spans) as gzipped Chrome-trace JSON.
+
+    python benchmarks/throttled_split.py --workload mlp --repeats 3 --trace-dir traces/ --json rows.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import List, Optional
+
+import torch
+
+from octopus.bench.contention.modes import Mode
+from octopus.bench.contention.workloads import FAMILIES
+from scheduler_runs import run_and_report, start, write_rows
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=sorted(FAMILIES), default="mlp")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--reserved-sms", type=int, default=None, help="default: a quarter of the SMs, rounded to 8")
+    p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0, 0.25])
+    p.add_argument("--trace-dir", default=None)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    sms = args.reserved_sms
+    if sms is None:
+        sms = 8 * round(torch.cuda.get_device_properties(0).multi_processor_count / 4 / 8)
+    runner, rows = start(args.workload)
+    for repeat in range(args.repeats):
+        for ms in args.slices_ms:
+            options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=1, throttle="held",
+                           device_yield=True, record_timeline=args.trace_dir is not None)
+            name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight 1 + yield"
+            run_and_report(runner, Mode(name, "lease", "lease", kind="sweep", slice_budget_s=ms * 1e-3, options=options),
+                           rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms")
+    write_rows(args.json, args.workload, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
