@@ -146,6 +146,21 @@ TEST(SchedulerClasses, InfeasibleDeadlineIsRejectedAtOnce) {
   EXPECT_THROW(g.scheduler->acquire(request("new", 0, 0.002)), LeaseTimeout);
 }
 
+TEST(SchedulerClasses, AKindsTypicalHoldIsItsClasss) {
+  // One kind of work as best-effort leases that each hold a long job, and as short normal ones:
+  // a deadline is judged by the hold of its own class (mixed, the median here was 30 ms).
+  auto f = make(leases(3));
+  for (int i = 0; i < 5; ++i) {
+    Lease l = f.scheduler->acquire(best_effort("affine"));
+    std::this_thread::sleep_for(30ms);
+  }
+  teach_hold(*f.scheduler, "affine", 1ms);
+  EXPECT_TRUE(f.scheduler->try_acquire(request("affine", 0, 0.015)).has_value());
+  AcquireRequest late = best_effort("affine");
+  late.deadline_s = 0.015;
+  EXPECT_THROW(f.scheduler->acquire(late), DeadlineMissed);
+}
+
 TEST(SchedulerClasses, InfeasibleDeadlineIsPromotedWhenAskedTo) {
   SchedulerConfig c = leases(2);
   c.infeasible_deadline = InfeasibleDeadline::Promote;

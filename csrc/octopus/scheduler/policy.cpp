@@ -115,9 +115,9 @@ bool Policy::throttled(const DeviceState& d, const ControlStep& control) const {
   return false;
 }
 
-std::optional<double> Policy::typical_hold_s(const KindModel* kind) const {
+std::optional<double> Policy::typical_hold_s(const KindModel* kind, WorkClass work_class) const {
   if (kind == nullptr) return std::nullopt;
-  return kind->holds.quantile(0.5);
+  return kind->holds[index(work_class)].quantile(0.5);
 }
 
 double Policy::expected_wait_s(const Waiter& w, std::vector<DeviceState>& devices, int lo, int hi,
@@ -136,7 +136,7 @@ double Policy::expected_wait_s(const Waiter& w, std::vector<DeviceState>& device
       if (!served_before(other, &w)) break;  // the queue is in serving order
       if (other->request->device >= 0 && other->request->device != d.device) continue;
       anyone_ahead = true;
-      ahead_s += typical_hold_s(kind_of(other->request->kind)).value_or(0.0);
+      ahead_s += typical_hold_s(kind_of(other->request->kind), other->work_class).value_or(0.0);
     }
     double occupancy_here = 0.0;
     if (!anyone_ahead && fit(w, kind_of(w.request->kind), d, backend, &occupancy_here) == Limit::None) return 0.0;

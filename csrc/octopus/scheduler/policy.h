@@ -85,7 +85,10 @@ struct DeviceState {
 struct KindModel {
   // Registered estimate: a fixed occupancy or a kernel profile (none: default_occupancy).
   std::variant<std::monostate, double, KernelProfile> estimate;
-  SampleWindow holds{32};                 // seconds each recent lease was held
+  // Seconds each recent lease was held, per work class: one kind of work (a user's name for
+  // it) may run as latency-critical leases of a job each and as best-effort leases holding a
+  // long sliced job, and one median of both would be neither's.
+  std::array<SampleWindow, kWorkClasses> holds{SampleWindow(32), SampleWindow(32), SampleWindow(32)};
   // Device time per unit of sliced work (estimate_seconds_per_unit), or what
   // set_seconds_per_unit set: from the recent slices launched behind the holder's previous one
   // (while one came in the last kQueuedBehindMemoryS) and those launched onto an idle stream,
@@ -146,8 +149,8 @@ class Policy {
   double load(const DeviceState& d) const;
   // Whether best-effort holders on `d` running at `control` must pause at their checkpoints now.
   bool throttled(const DeviceState& d, const ControlStep& control) const;
-  // The median hold time of the kind's recent leases (unset: none seen yet).
-  std::optional<double> typical_hold_s(const KindModel* kind) const;
+  // The median hold time of the kind's recent leases of `work_class` (unset: none seen yet).
+  std::optional<double> typical_hold_s(const KindModel* kind, WorkClass work_class) const;
   // Seconds until `w` would likely be granted on one of devices [lo, hi): 0 where it fits
   // now with nobody ahead of it, else until the first lease there is typically returned
   // plus the typical holds of the waiters ahead shared over the lease limit.

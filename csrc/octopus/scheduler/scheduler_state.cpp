@@ -94,7 +94,7 @@ void State::grant(Waiter& w, int index, double occupancy) {
   StreamSlot& chosen = d.slots[static_cast<std::size_t>(slot)];
   const auto now = Clock::now();
   chosen.leased = true;
-  chosen.expected_release = now + duration_of(policy.typical_hold_s(find_kind(r.kind)).value_or(0.0));
+  chosen.expected_release = now + duration_of(policy.typical_hold_s(find_kind(r.kind), w.work_class).value_or(0.0));
   d.active += 1;
   d.peak = std::max(d.peak, d.active);
   d.active_by_class[index_of_class(w.work_class)] += 1;
@@ -170,7 +170,7 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
   ClassStats& stats = class_stats(g.work_class);
   stats.released += 1;
   holds[c].add(held);
-  kinds[g.kind].holds.add(held);
+  kinds[g.kind].holds[c].add(held);
   if (d.controller && event) {
     if (g.work_class == WorkClass::LatencyCritical) {
       pending_latencies.push_back(PendingLatency{g.kind, index, g.requested_us, released_us, -1.0, event,
@@ -386,7 +386,7 @@ void State::admit_deadline(Waiter& w) {
   const auto now = Clock::now();
   const auto [lo, hi] = device_range(*w.request);
   const KindModel* kind = find_kind(w.request->kind);
-  const std::optional<double> hold = policy.typical_hold_s(kind);
+  const std::optional<double> hold = policy.typical_hold_s(kind, w.work_class);
   const double wait = policy.expected_wait_s(w, devices, lo, hi, queue, kinds, now, *backend);
   const double slack = seconds(*w.deadline - now);
   if (wait + hold.value_or(0.0) <= slack) return;
@@ -404,7 +404,8 @@ void State::admit_deadline(Waiter& w) {
   msg.precision(3);
   msg << "octopus StreamScheduler: " << describe(w) << " cannot meet its deadline: expected wait " << wait
       << " s + typical hold " << hold.value_or(0.0) << " s of kind '" << w.request->kind << "' (median of its last "
-      << std::min<std::size_t>(kind ? kind->holds.count() : 0, 32) << " leases) > " << slack
+      << std::min<std::size_t>(kind ? kind->holds[index_of_class(w.work_class)].count() : 0, 32)
+      << " leases of its class, " << work_class_name(w.work_class) << ") > " << slack
       << " s left (infeasible_deadline=\"reject\"; \"promote\" makes such requests latency-critical instead)";
   throw DeadlineMissed(msg.str());
 }
