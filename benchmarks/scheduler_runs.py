@@ -45,6 +45,7 @@ def run_and_report(runner: Runner, mode: Mode, rows: List[Dict[str, Any]], repea
     """Runs ``mode``, appends its row to ``rows``, prints its table line and, with
     ``trace_dir``, writes the run's scheduler timeline there as ``trace_name``.json.gz (the mode
     must have been made with ``record_timeline=True`` among its options)."""
+    _Recorded.last = None  # a run that fails before making its scheduler writes no timeline
     row = runner.run(mode)
     row.update(repeat=repeat)
     rows.append(row)

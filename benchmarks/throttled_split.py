@@ -28,21 +28,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=sorted(FAMILIES), default="mlp")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--reserved-sms", type=int, default=None, help="default: a quarter of the SMs, rounded to 8")
+    p.add_argument("--reserved-sms", type=int, default=None,
+                   help="SMs kept free of BE work (default: a quarter of the device's, as the controller's top steps)")
     p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0, 0.25])
     p.add_argument("--trace-dir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     sms = args.reserved_sms
     if sms is None:
-        sms = 8 * round(torch.cuda.get_device_properties(0).multi_processor_count / 4 / 8)
+        sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
     runner, rows = start(args.workload)
     for repeat in range(args.repeats):
         for ms in args.slices_ms:
             options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=1, throttle="held",
                            device_yield=True, record_timeline=args.trace_dir is not None)
             name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight 1 + yield"
-            run_and_report(runner, Mode(name, "lease", "lease", kind="sweep", slice_budget_s=ms * 1e-3, options=options),
+            run_and_report(runner, Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options),
                            rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms")
     write_rows(args.json, args.workload, rows)
     return 0

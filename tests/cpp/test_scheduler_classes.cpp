@@ -146,7 +146,7 @@ TEST(SchedulerClasses, InfeasibleDeadlineIsRejectedAtOnce) {
   EXPECT_THROW(g.scheduler->acquire(request("new", 0, 0.002)), LeaseTimeout);
 }
 
-TEST(SchedulerClasses, AKindsTypicalHoldIsItsClasss) {
+TEST(SchedulerClasses, AKindsTypicalHoldIsThatOfTheRequestsClass) {
   // One kind of work as best-effort leases that each hold a long job, and as short normal ones:
   // a deadline is judged by the hold of its own class (mixed, the median here was 30 ms).
   auto f = make(leases(3));
@@ -434,7 +434,7 @@ TEST(SchedulerClasses, AWaitInEverySliceDoesNotShrinkSlicesWithoutBound) {
   detail::KindModel k;
   detail::add_slice_timings(k, {{1e-9, 1e-5, false}}, detail::Clock::now());  // a first slice alone
   EXPECT_DOUBLE_EQ(time_per_unit_after(400, 2e-3, k), detail::kMaxSlowdown * 1e-9);
-  // Unbounded, the same slices end at ~1 unit each: what the bound is for.
+  // Unbounded, the same slices shrink to a few units each: what the bound is for.
   detail::SampleWindow behind(32), idle(32);
   double rate = 1e-9;
   for (int i = 0; i < 400; ++i) {
@@ -452,11 +452,25 @@ TEST(SchedulerClasses, AWaitInEverySliceDoesNotShrinkSlicesWithoutBound) {
   for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{2e-8, 1e-5, true}}, detail::Clock::now());
   for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{5e-8, 1e-5, false}}, detail::Clock::now());
   EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, 2e-8);  // behind's 10th percentile, below idle's
-  // Once the queued-behind slices have aged out, idle-start ones are bounded from theirs again.
-  const auto later = detail::Clock::now() + std::chrono::seconds(31);
+  // Once the queued-behind slices have aged out, idle-start ones are bounded again, from a base
+  // that rises at most 4-fold each 30 s (the base 2e-8 aged too: it rises to the estimate then,
+  // 5e-8), so work that did become dearer is followed within a minute or two.
+  auto later = detail::Clock::now() + std::chrono::seconds(31);
   for (int i = 0; i < 32; ++i) detail::add_slice_timings(shared, {{1e-6, 1e-5, false}}, later);
-  EXPECT_EQ(shared.queued_behind_rates.count(), 0u);
-  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, detail::kMaxSlowdown * 2e-8);
+  EXPECT_EQ(shared.queued_behind_rates.size(), 0u);
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, detail::kMaxSlowdown * 5e-8);
+  later += std::chrono::seconds(31);
+  detail::add_slice_timings(shared, {{1e-6, 1e-5, false}}, later);
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, detail::kMaxSlowdown * detail::kMaxSlowdown * 5e-8);
+  later += std::chrono::seconds(31);
+  detail::add_slice_timings(shared, {{1e-6, 1e-5, false}}, later);
+  EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, 1e-6);
+  // A time per unit set by the caller is a base too.
+  detail::KindModel told;
+  told.seconds_per_unit_bound_base = 1e-9;  // as set_seconds_per_unit leaves it
+  told.bound_base_since = detail::Clock::now();
+  for (int i = 0; i < 32; ++i) detail::add_slice_timings(told, {{1e-6, 1e-5, false}}, detail::Clock::now());
+  EXPECT_DOUBLE_EQ(*told.seconds_per_unit, detail::kMaxSlowdown * 1e-9);
 }
 
 TEST(SchedulerClasses, BestEffortNeverTakesTheLastLease) {

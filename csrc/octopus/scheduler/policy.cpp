@@ -31,13 +31,22 @@ void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Cl
     k.host_slices.add(t.host_s);
   }
   const double since_behind_s = std::chrono::duration<double>(now - k.last_queued_behind).count();
-  if (k.queued_behind_rates.count() > 0 && since_behind_s > kQueuedBehindMemoryS) {
+  if (k.queued_behind_rates.size() > 0 && since_behind_s > kQueuedBehindMemoryS) {
     k.queued_behind_rates.clear();
   }
   if (const std::optional<double> rate = estimate_seconds_per_unit(k.queued_behind_rates, k.idle_start_rates)) {
     // Queued-behind slices measure the work itself: while some stand, the bound follows them.
-    const bool rebase = k.queued_behind_rates.count() > 0 || !k.seconds_per_unit_bound_base;
-    k.seconds_per_unit_bound_base = rebase ? *rate : std::min(*rate, *k.seconds_per_unit_bound_base);
+    // Otherwise it is lowered by any lower estimate, and rises at most kMaxSlowdown-fold per
+    // kQueuedBehindMemoryS without one.
+    std::optional<double>& base = k.seconds_per_unit_bound_base;
+    const double base_age_s = std::chrono::duration<double>(now - k.bound_base_since).count();
+    if (k.queued_behind_rates.size() > 0 || !base || *rate < *base) {
+      base = *rate;
+      k.bound_base_since = now;
+    } else if (base_age_s > kQueuedBehindMemoryS) {
+      base = std::min(*rate, kMaxSlowdown * *base);
+      k.bound_base_since = now;
+    }
     k.seconds_per_unit = std::min(*rate, kMaxSlowdown * *k.seconds_per_unit_bound_base);
   }
   k.host_slice_s = k.host_slices.quantile(0.5);

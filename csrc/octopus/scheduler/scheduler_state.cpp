@@ -404,7 +404,7 @@ void State::admit_deadline(Waiter& w) {
   msg.precision(3);
   msg << "octopus StreamScheduler: " << describe(w) << " cannot meet its deadline: expected wait " << wait
       << " s + typical hold " << hold.value_or(0.0) << " s of kind '" << w.request->kind << "' (median of its last "
-      << std::min<std::size_t>(kind ? kind->holds[index_of_class(w.work_class)].count() : 0, 32)
+      << (kind ? kind->holds[index_of_class(w.work_class)].size() : 0)
       << " leases of its class, " << work_class_name(w.work_class) << ") > " << slack
       << " s left (infeasible_deadline=\"reject\"; \"promote\" makes such requests latency-critical instead)";
   throw DeadlineMissed(msg.str());

@@ -385,9 +385,9 @@ class StreamScheduler:
         Slices launched while the holder's previous one was still on the device count (where some
         came in the last 30 s); one launched onto an idle stream also counts its wait for SMs
         other streams' kernels hold, and only lowers the estimate; where only such slices
-        stand, the estimate stays within 4x of its lowest since the others did (a wait longer
-        than the slices would otherwise shrink them without end). Slices with a ``budget`` use
-        it."""
+        stand, the estimate stays within 4x of its lowest since the others did or since one was
+        set, a base that rises at most 4-fold every 30 s (a wait longer than the slices would
+        otherwise shrink them without end). Slices with a ``budget`` use it."""
         return cast("float | None", self._impl.seconds_per_unit(kind))
 
     def host_seconds_per_slice(self, kind: str) -> float | None:
