@@ -95,7 +95,7 @@ struct KindModel {
   // bounded where only the latter stand (add_slice_timings).
   std::optional<double> seconds_per_unit;
   std::optional<double> seconds_per_unit_bound_base;  // what that bound is kMaxSlowdown times
-  Clock::time_point bound_base_since;                  // when it was last set or lowered
+  Clock::time_point bound_base_since;                  // when it last moved
   SampleWindow queued_behind_rates{32};
   Clock::time_point last_queued_behind;
   SampleWindow idle_start_rates{32};
@@ -124,16 +124,17 @@ constexpr double kQueuedBehindMemoryS = 30.0;
 // Adds what a kind's finished slices measured (at `now`) to its model, and sets its
 // seconds_per_unit: estimate_seconds_per_unit, but where no queued-behind slice stands (only
 // slices launched onto an idle stream), never more than kMaxSlowdown times the lowest estimate
-// since one last did (or since set_seconds_per_unit), a base that rises at most kMaxSlowdown-fold
-// per kQueuedBehindMemoryS without a lower estimate (work may have become dearer; the controller
-// steps down within seconds, where queued-behind slices are measured again). A wait in every such slice that does not shrink with it (for the SMs of
-// another stream's kernels, for the device-yield gate) feeds on itself: a slice measured long
-// is cut smaller, waits as long, measures longer per unit, and where the wait exceeds the
-// slice budget the estimate grows without bound. A memory-bound job held to one slice in
-// flight from the controller's first second went from ~5e-12 to 1.1e-8 s per element and ran at
-// 0.5% of its rate (H200, benchmarks/README.md#contention). Sharing the device slows a kind's
-// work by a small factor; beyond that a sample measured waits. Queued-behind slices measure
-// the work itself, so where the work becomes dearer the bound follows them.
+// since one last did (or since set_seconds_per_unit), a base that rises at most
+// kMaxSlowdown-fold per kQueuedBehindMemoryS without a lower estimate (work may have become
+// dearer; the controller steps down within seconds, where queued-behind slices are measured
+// again). A wait in every such slice that does not shrink with it (for the SMs of another
+// stream's kernels, for the device-yield gate) feeds on itself: a slice measured long is cut
+// smaller, waits as long, measures longer per unit, and where the wait exceeds the slice budget
+// the estimate grows without bound. A memory-bound job held to one slice in flight from the
+// controller's first second went from ~5e-12 to 1.1e-8 s per element and ran at 0.5% of its
+// rate (H200, benchmarks/README.md#contention). Sharing the device slows a kind's work by a
+// small factor; beyond that a sample measured waits. Queued-behind slices measure the work
+// itself, so where the work becomes dearer the bound follows them.
 void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Clock::time_point now);
 constexpr double kMaxSlowdown = 4.0;
 
