@@ -1,7 +1,8 @@
 """Property-based tests (hypothesis): random ragged layouts — empty items, one item, items
 much larger than a block, blocks smaller than an item, rows that straddle blocks — run
 through every strategy and block size of the ragged ops, each checked against a float64
-reference computed item by item in plain PyTorch.
+reference computed item by item in plain PyTorch; and the slicing of best-effort work (counts
+and item ranges, from a size, a latency budget or neither) against what it promises.
 
 The "ci" profile (the default) is derandomized: the same examples on every run, so a red
 run is reproducible. ``HYPOTHESIS_PROFILE=thorough`` draws 1000 per test, at random.
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 import octopus
 from conftest import random_batch, reference_plan_rows
+from octopus.scheduling.slicing import HOST_FACTOR, SliceSizer, count_slices, item_ranges
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -359,3 +361,64 @@ def test_arbitrary_offsets_work_or_raise_naming_them(device, data, strategy, n):
         else:
             with pytest.raises(ValueError, match="offsets"):
                 call()
+
+
+@st.composite
+def slice_sizers(draw, total, exact=()):
+    """A SliceSizer as the slicing helpers make one: a fixed size (half the time one of `exact`,
+    where given: sizes some ranges fill exactly); a budget with a measured time per unit (and
+    perhaps the host's time per slice); a budget with nothing measured (probes); or neither
+    (everything at once). Returns it and the size each slice should have."""
+    how = draw(st.sampled_from(["size", "budget", "probe", "whole"]))
+    if how == "size":
+        sizes = st.integers(1, 5000)
+        size = draw(st.one_of(st.sampled_from(sorted(exact)), sizes) if exact else sizes)
+        return SliceSizer(size, None, lambda: None, total), lambda i: size
+    if how == "whole":
+        return SliceSizer(None, None, lambda: None, total), lambda i: None
+    budget = draw(st.floats(1e-6, 1e-1))
+    if how == "probe":
+        first = max(1, int(total / 64))
+        return SliceSizer(None, budget, lambda: None, total), lambda i: first * 2 ** i
+    rate = draw(st.floats(1e-12, 1e-3))
+    host = draw(st.one_of(st.none(), st.floats(1e-6, 1e-2)))
+    want = max(1, int(max(budget, HOST_FACTOR * host if host is not None else 0.0) / rate))
+    return SliceSizer(None, budget, lambda: rate, total, lambda: host), lambda i: want
+
+
+@given(total=st.integers(0, 10**6), data=st.data())
+def test_count_slices_cover_the_work_once_in_order_each_as_big_as_asked(total, data):
+    sizer, size_of = data.draw(slice_sizers(total))
+    parts = list(count_slices(total, sizer))
+    bounds = [0] + [p.stop for p in parts]
+    assert [p.start for p in parts] == bounds[:-1] and bounds[-1] == total  # contiguous, in order, all
+    for i, p in enumerate(parts):
+        want = size_of(i)
+        size = p.stop - p.start
+        assert size >= 1
+        assert size == (total - p.start if want is None else min(want, total - p.start))
+
+
+@given(sizes=st.lists(st.one_of(st.integers(0, 16), st.integers(0, 5000)), max_size=40), data=st.data())
+def test_item_ranges_cover_every_item_once_in_order_and_fill_each_range(sizes, data):
+    """Each range holds whole items, as many as fit in the size asked (at least one: an item
+    larger than that is a range of its own), empty items included."""
+    batch = random_batch([(k,) for k in sizes], "cpu", seed=len(sizes))
+    offsets = [0]
+    for k in sizes:
+        offsets.append(offsets[-1] + k)
+    runs = {b - a for i, a in enumerate(offsets) for b in offsets[i + 1:] if b > a}  # consecutive items' sums
+    sizer, size_of = data.draw(slice_sizers(batch.numel(), runs))
+    ranges = list(item_ranges(batch, sizer))
+    bounds = [0] + [r[1] for r in ranges]
+    assert [r[0] for r in ranges] == bounds[:-1] and bounds[-1] == len(sizes)
+    for i, (start, stop, elements) in enumerate(ranges):
+        assert stop > start
+        assert elements == offsets[stop] - offsets[start]
+        limit = size_of(i)
+        if limit is None:
+            assert stop == len(sizes)
+            continue
+        assert elements <= limit or stop - start == 1
+        if stop < len(sizes):  # the next item would not have fit
+            assert offsets[stop + 1] - offsets[start] > limit
