@@ -467,8 +467,7 @@ TEST(SchedulerClasses, AWaitInEverySliceDoesNotShrinkSlicesWithoutBound) {
   EXPECT_DOUBLE_EQ(*shared.seconds_per_unit, 1e-6);
   // A time per unit set by the caller is a base too.
   detail::KindModel told;
-  told.seconds_per_unit_bound_base = 1e-9;  // as set_seconds_per_unit leaves it
-  told.bound_base_since = detail::Clock::now();
+  detail::set_seconds_per_unit(told, 1e-9, detail::Clock::now());
   for (int i = 0; i < 32; ++i) detail::add_slice_timings(told, {{1e-6, 1e-5, false}}, detail::Clock::now());
   EXPECT_DOUBLE_EQ(*told.seconds_per_unit, detail::kMaxSlowdown * 1e-9);
 }

@@ -52,6 +52,12 @@ void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Cl
   k.host_slice_s = k.host_slices.quantile(0.5);
 }
 
+void set_seconds_per_unit(KindModel& k, double seconds, Clock::time_point now) {
+  k.seconds_per_unit = seconds;
+  k.seconds_per_unit_bound_base = seconds;
+  k.bound_base_since = now;
+}
+
 namespace {
 
 constexpr std::size_t index(WorkClass c) { return static_cast<std::size_t>(c); }

@@ -136,6 +136,9 @@ constexpr double kQueuedBehindMemoryS = 30.0;
 // small factor; beyond that a sample measured waits. Queued-behind slices measure the work
 // itself, so where the work becomes dearer the bound follows them.
 void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Clock::time_point now);
+// What set_seconds_per_unit does: `seconds` per unit of `k`'s work, and the bound's base (what
+// the work costs, as far as the caller knows).
+void set_seconds_per_unit(KindModel& k, double seconds, Clock::time_point now);
 constexpr double kMaxSlowdown = 4.0;
 
 class Policy {

@@ -382,10 +382,7 @@ void StreamScheduler::set_seconds_per_unit(const std::string& kind, double secon
                                 "' must be positive, got " + std::to_string(seconds));
   }
   std::lock_guard<std::mutex> lock(state_->mutex);
-  detail::KindModel& k = state_->kinds[kind];
-  k.seconds_per_unit = seconds;
-  k.seconds_per_unit_bound_base = seconds;  // what the work costs, as far as the caller knows
-  k.bound_base_since = detail::Clock::now();
+  detail::set_seconds_per_unit(state_->kinds[kind], seconds, detail::Clock::now());
 }
 
 void StreamScheduler::adapt_concurrency() {
