@@ -54,6 +54,10 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
   // Every step above the first also has octopus's ragged BE kernels step aside on the device
   // while LC work is there: what memory-bound BE work costs LC work (its DRAM bandwidth), no
   // partition keeps from it, and that costs BE work no more than the LC work's own device time.
+  // Slices end at 1 ms: pinned with a quarter of the SMs free, held throttling and the yield,
+  // 0.25 ms slices left a GEMM beside a ragged job at 4-35% of its rate (1 ms: 43-113%), each
+  // slice waiting for the SMs the other's kernels held, and bought the LC jobs nothing (H200,
+  // both families of octopus-bench contention; benchmarks/README.md#contention).
   const double whole = kWholeSliceS;
   const std::vector<ControlStep> steps = {
       {whole, 2, 0, ThrottleMode::Off, false},
@@ -64,7 +68,6 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
       {4e-3, 2, reserve(0.25), ThrottleMode::Off, true},
       {2e-3, 1, reserve(0.25), ThrottleMode::Waiting, true},
       {1e-3, 1, reserve(0.25), ThrottleMode::Held, true},
-      {0.25e-3, 1, reserve(0.25), ThrottleMode::Held, true},
   };
   std::vector<ControlStep> ladder;
   for (const ControlStep& s : steps) {
