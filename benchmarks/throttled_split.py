@@ -1,7 +1,7 @@
 """How best-effort kinds split the device at the latency controller's throttled steps, pinned.
 
 An experiment (not part of octopus-bench), CUDA only. At the controller's top steps (slices
-of 1 ms or 0.25 ms, one in flight, a quarter of the SMs kept free, best-effort work held back
+of 1 ms or 0.25 ms, one in flight (``--in-flight``: other bounds), a quarter of the SMs kept free, best-effort work held back
 while latency-critical work waits or runs, octopus's kernels yielding on the device) one
 best-effort kind has kept over 100% of its alone throughput while the other fell to 0-50%,
 run to run. This runs those settings pinned (latency control off), ``--repeats`` times, as
@@ -15,6 +15,7 @@ the contention benchmark measures a mode (its ``Runner``), one table line per ru
 from __future__ import annotations
 
 import argparse
+import itertools
 from typing import List, Optional
 
 import torch
@@ -31,6 +32,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--reserved-sms", type=int, default=None,
                    help="SMs kept free of BE work (default: a quarter of the device's, as the controller's top steps)")
     p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0, 0.25])
+    p.add_argument("--in-flight", type=int, nargs="+", default=[1],
+                   help="best-effort slices in flight per holder (the controller's top steps: 1)")
     p.add_argument("--trace-dir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -39,12 +42,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
     runner, rows = start(args.workload)
     for repeat in range(args.repeats):
-        for ms in args.slices_ms:
-            options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=1, throttle="held",
+        for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
+            options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight, throttle="held",
                            device_yield=True, record_timeline=args.trace_dir is not None)
-            name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight 1 + yield"
+            name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight {in_flight} + yield"
             run_and_report(runner, Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options),
-                           rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms")
+                           rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms_{in_flight}")
     write_rows(args.json, args.workload, rows)
     return 0
 
