@@ -1,13 +1,14 @@
 """How best-effort kinds split the device at the latency controller's throttled steps, pinned.
 
-An experiment (not part of octopus-bench), CUDA only. At the controller's top steps (slices
-of 1 ms or 0.25 ms, one in flight (``--in-flight``: other bounds), a quarter of the SMs kept free, best-effort work held back
-while latency-critical work waits or runs, octopus's kernels yielding on the device) one
-best-effort kind has kept over 100% of its alone throughput while the other fell to 0-50%,
-run to run. This runs those settings pinned (latency control off), ``--repeats`` times, as
-the contention benchmark measures a mode (its ``Runner``), one table line per run, and with
-``--trace-dir`` writes each run's scheduler timeline (per best-effort kind its leases and its
-"throttle" spans) as gzipped Chrome-trace JSON.
+An experiment (not part of octopus-bench), CUDA only. At the controller's top steps (slices of 1
+ms, and of 0.25 ms until the ladder lost that step; one in flight, ``--in-flight`` for other
+bounds; a quarter of the SMs kept free; best-effort work held back while latency-critical work
+waits or runs; octopus's kernels yielding on the device) one best-effort kind has kept over 100%
+of its alone throughput while the other fell to 0-50%, run to run. This runs those settings
+pinned (latency control off), ``--repeats`` times, as the contention benchmark measures a mode
+(its ``Runner``), one table line per run, and with ``--trace-dir`` writes each run's scheduler
+timeline (per best-effort kind its leases and its "throttle" spans) as gzipped Chrome-trace
+JSON. ``--budget-scale`` gives one kind longer or shorter slices than the others.
 
     python benchmarks/throttled_split.py --workload mlp --repeats 3 --trace-dir traces/ --json rows.json
 """
@@ -15,14 +16,27 @@ the contention benchmark measures a mode (its ``Runner``), one table line per ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
 from octopus.bench.contention.modes import Mode
+from octopus.bench.contention.runner import Runner
 from octopus.bench.contention.workloads import FAMILIES
 from scheduler_runs import run_and_report, start, write_rows
+
+
+def scale_budgets(scales: Dict[str, float]) -> None:
+    """Each best-effort job named in ``scales`` slices its work to that multiple of the mode's budget."""
+    product = Runner._be_product
+
+    def scaled(self: Runner, job: Any, mode: Mode, *rest: Any) -> Any:
+        if job.name in scales and mode.slice_budget_s is not None:
+            mode = dataclasses.replace(mode, slice_budget_s=mode.slice_budget_s * scales[job.name])
+        return product(self, job, mode, *rest)
+    Runner._be_product = scaled  # type: ignore[method-assign]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -31,9 +45,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--reserved-sms", type=int, default=None,
                    help="SMs kept free of BE work (default: a quarter of the device's, as the controller's top steps)")
-    p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0, 0.25])
+    p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0])
     p.add_argument("--in-flight", type=int, nargs="+", default=[1],
                    help="best-effort slices in flight per holder (the controller's top steps: 1)")
+    p.add_argument("--budget-scale", nargs="*", default=[], metavar="KIND=F",
+                   help="best-effort kind KIND's slices sized to F times the budget")
     p.add_argument("--trace-dir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -41,11 +57,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if sms is None:
         sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
     runner, rows = start(args.workload)
+    scale_budgets({kind: float(f) for kind, f in (a.split("=") for a in args.budget_scale)})
     for repeat in range(args.repeats):
         for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
             options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight, throttle="held",
                            device_yield=True, record_timeline=args.trace_dir is not None)
             name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight {in_flight} + yield"
+            name += "".join(f", {a}" for a in args.budget_scale)
             run_and_report(runner, Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options),
                            rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms_{in_flight}")
     write_rows(args.json, args.workload, rows)
