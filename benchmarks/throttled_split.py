@@ -16,9 +16,10 @@ JSON. ``--budget-scale`` gives one kind longer or shorter slices than the others
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -28,8 +29,14 @@ from octopus.bench.contention.workloads import FAMILIES
 from scheduler_runs import run_and_report, start, write_rows
 
 
-def scale_budgets(scales: Dict[str, float]) -> None:
-    """Each best-effort job named in ``scales`` slices its work to that multiple of the mode's budget."""
+@contextlib.contextmanager
+def scaled_budgets(runner: Runner, scales: Dict[str, float]) -> Iterator[None]:
+    """While open, each best-effort job named in ``scales`` slices its work to that multiple of
+    the mode's budget."""
+    unknown = set(scales) - {job.name for job in runner.be_jobs}
+    if unknown:
+        raise SystemExit(f"--budget-scale: no best-effort job {sorted(unknown)} in this workload "
+                         f"(its jobs: {[job.name for job in runner.be_jobs]})")
     product = Runner._be_product
 
     def scaled(self: Runner, job: Any, mode: Mode, *rest: Any) -> Any:
@@ -37,6 +44,10 @@ def scale_budgets(scales: Dict[str, float]) -> None:
             mode = dataclasses.replace(mode, slice_budget_s=mode.slice_budget_s * scales[job.name])
         return product(self, job, mode, *rest)
     Runner._be_product = scaled  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Runner._be_product = product  # type: ignore[method-assign]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -44,7 +55,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--workload", choices=sorted(FAMILIES), default="mlp")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--reserved-sms", type=int, default=None,
-                   help="SMs kept free of BE work (default: a quarter of the device's, as the controller's top steps)")
+                   help="SMs kept free of BE work (default: a quarter of the device's, as the controller's "
+                        "top steps)")
     p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0])
     p.add_argument("--in-flight", type=int, nargs="+", default=[1],
                    help="best-effort slices in flight per holder (the controller's top steps: 1)")
@@ -57,15 +69,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if sms is None:
         sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
     runner, rows = start(args.workload)
-    scale_budgets({kind: float(f) for kind, f in (a.split("=") for a in args.budget_scale)})
-    for repeat in range(args.repeats):
-        for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
-            options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight, throttle="held",
-                           device_yield=True, record_timeline=args.trace_dir is not None)
-            name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight {in_flight} + yield"
-            name += "".join(f", {a}" for a in args.budget_scale)
-            run_and_report(runner, Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options),
-                           rows, repeat, args.trace_dir, f"trace_{repeat}_{ms:g}ms_{in_flight}")
+    scales = {kind: float(f) for kind, f in (a.split("=") for a in args.budget_scale)}
+    with scaled_budgets(runner, scales):
+        for repeat in range(args.repeats):
+            for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
+                options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
+                               throttle="held", device_yield=True, record_timeline=args.trace_dir is not None)
+                name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight {in_flight} + yield"
+                name += "".join(f", {kind}={f:g}" for kind, f in scales.items())
+                mode = Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options)
+                trace = f"trace_{repeat}_{ms:g}ms_{in_flight}"
+                run_and_report(runner, mode, rows, repeat, args.trace_dir, trace)
     write_rows(args.json, args.workload, rows)
     return 0
 

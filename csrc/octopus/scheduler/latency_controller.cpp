@@ -55,9 +55,10 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
   // while LC work is there: what memory-bound BE work costs LC work (its DRAM bandwidth), no
   // partition keeps from it, and that costs BE work no more than the LC work's own device time.
   // Slices end at 1 ms: pinned with a quarter of the SMs free, held throttling and the yield,
-  // 0.25 ms slices left a GEMM beside a ragged job at 4-35% of its rate (1 ms: 43-113%), each
-  // slice waiting for the SMs the other's kernels held, and bought the LC jobs nothing (H200,
-  // both families of octopus-bench contention; benchmarks/README.md#contention).
+  // 0.25 ms slices left a GEMM beside a ragged job at 4-35% of its rate in every run, each
+  // slice waiting for the SMs the other's kernels held, and bought the LC jobs nothing over
+  // 1 ms slices, where either kind still falls to 14-50% at times (H200, both families of
+  // octopus-bench contention; benchmarks/README.md#contention).
   const double whole = kWholeSliceS;
   const std::vector<ControlStep> steps = {
       {whole, 2, 0, ThrottleMode::Off, false},
