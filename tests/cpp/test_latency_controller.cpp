@@ -528,9 +528,9 @@ TEST(LatencyController, EveryKindMustMeetItsTarget) {
 // Two best-effort kinds beside one LC kind, on the default ladder of a 132-SM device (steps
 // 0-4 only keep SMs free: the ceiling is 4). "gemm" (compute-bound) slows the LC kind at step 0
 // only: any partition protects it. "stream" (memory-bound) slows it behind every partition and
-// less only as it is held in time (steps 5-7; at the top, 1.2, low enough that the first test
-// below meets its target there). The LC latency adds up both kinds' harm, each at its own
-// step: a released kind runs at min(step, ceiling).
+// less only as it is held in time (steps 5-7; at the top 1.2, low enough for the tests below
+// to meet their targets there). The LC latency adds up both kinds' harm, each at its own step:
+// a released kind runs at min(step, ceiling).
 struct TwoBestEffortKinds {
   std::vector<double> gemm{3.0, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1};
   std::vector<double> stream{2.5, 2.5, 2.5, 2.5, 2.5, 2.0, 1.6, 1.2};
