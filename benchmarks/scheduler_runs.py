@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -29,12 +29,19 @@ class _Recorded(octopus.StreamScheduler):
         _Recorded.last = self
 
 
-def start(workload: str) -> Tuple[Runner, List[Dict[str, Any]]]:
-    """The benchmark's runner for one workload family on the current CUDA device, its
-    schedulers remembered, and the rows of its LC jobs alone and BE jobs alone."""
+def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runner, List[Dict[str, Any]]]:
+    """The benchmark's runner for one workload family on the current CUDA device (with
+    ``be_names``, only those of its BE jobs), its schedulers remembered, and the rows of its LC
+    jobs alone and BE jobs alone."""
     octopus.StreamScheduler = _Recorded  # type: ignore[misc]  # the Runner makes its schedulers through it
     device = torch.device("cuda")
     lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
+    if be_names is not None:
+        unknown = set(be_names) - {job.name for job in be_jobs}
+        if unknown:
+            raise SystemExit(f"no best-effort job {sorted(unknown)} in {workload} (its jobs: "
+                             f"{[job.name for job in be_jobs]})")
+        be_jobs = [job for job in be_jobs if job.name in be_names]
     runner = Runner(lc_jobs, be_jobs, device, 0.5, 3.0, 8.0, None)
     return runner, [runner.run(Mode("LC alone", "normal", "none", kind="alone")),
                     runner.run(Mode("BE alone", "none", "normal", kind="alone"))]

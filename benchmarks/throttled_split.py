@@ -8,8 +8,12 @@ of its alone throughput while the other fell to 0-50%, run to run. This runs tho
 pinned (latency control off), ``--repeats`` times, as the contention benchmark measures a mode
 (its ``Runner``), one table line per run, and with ``--trace-dir`` writes each run's scheduler
 timeline (per best-effort kind its leases and its "throttle" spans) as gzipped Chrome-trace
-JSON. ``--budget-scale`` gives one kind longer or shorter slices than the others.
+JSON. ``--budget-scale`` gives one kind longer or shorter slices than the others; ``--throttle``,
+``--reserved-sms``, ``--slices-ms`` and ``--in-flight`` pin other steps of the ladder, and
+``--be-jobs`` runs only some of the family's best-effort jobs.
 
+    python benchmarks/throttled_split.py --workload convnet --reserved-sms 20 --slices-ms 20 --in-flight 2 \\
+        --throttle off --be-jobs gemm16
     python benchmarks/throttled_split.py --workload mlp --repeats 3 --trace-dir traces/ --json rows.json
 """
 
@@ -60,6 +64,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--slices-ms", type=float, nargs="+", default=[1.0])
     p.add_argument("--in-flight", type=int, nargs="+", default=[1],
                    help="best-effort slices in flight per holder (the controller's top steps: 1)")
+    p.add_argument("--throttle", choices=("off", "waiting", "held"), default="held",
+                   help="when best-effort holders pause at their checkpoints (the top steps: held)")
+    p.add_argument("--be-jobs", nargs="+", default=None, metavar="NAME",
+                   help="run only these of the family's best-effort jobs (default: all)")
     p.add_argument("--budget-scale", nargs="*", default=[], metavar="KIND=F",
                    help="best-effort kind KIND's slices sized to F times the budget")
     p.add_argument("--trace-dir", default=None)
@@ -68,14 +76,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     sms = args.reserved_sms
     if sms is None:
         sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
-    runner, rows = start(args.workload)
+    runner, rows = start(args.workload, args.be_jobs)
     scales = {kind: float(f) for kind, f in (a.split("=") for a in args.budget_scale)}
     with scaled_budgets(runner, scales):
         for repeat in range(args.repeats):
             for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
                 options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
-                               throttle="held", device_yield=True, record_timeline=args.trace_dir is not None)
-                name = f"pinned: partition {sms} + held + slices {ms:g} ms, in-flight {in_flight} + yield"
+                               throttle=args.throttle, device_yield=True,
+                               record_timeline=args.trace_dir is not None)
+                name = (f"pinned: partition {sms} + throttle {args.throttle} + slices {ms:g} ms, "
+                        f"in-flight {in_flight} + yield")
                 name += "".join(f", {kind}={f:g}" for kind, f in scales.items())
                 mode = Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options)
                 trace = f"trace_{repeat}_{ms:g}ms_{in_flight}"
