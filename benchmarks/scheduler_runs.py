@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -29,6 +29,14 @@ class _Recorded(octopus.StreamScheduler):
         _Recorded.last = self
 
 
+def require_jobs(names: Iterable[str], jobs: Sequence[Any], option: str) -> None:
+    """Exits naming ``option`` where a name in ``names`` is no job's of ``jobs``."""
+    unknown = set(names) - {job.name for job in jobs}
+    if unknown:
+        raise SystemExit(f"{option}: no best-effort job {sorted(unknown)} here "
+                         f"(the jobs: {[job.name for job in jobs]})")
+
+
 def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runner, List[Dict[str, Any]]]:
     """The benchmark's runner for one workload family on the current CUDA device (with
     ``be_names``, only those of its BE jobs), its schedulers remembered, and the rows of its LC
@@ -37,10 +45,7 @@ def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runn
     device = torch.device("cuda")
     lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
     if be_names is not None:
-        unknown = set(be_names) - {job.name for job in be_jobs}
-        if unknown:
-            raise SystemExit(f"no best-effort job {sorted(unknown)} in {workload} (its jobs: "
-                             f"{[job.name for job in be_jobs]})")
+        require_jobs(be_names, be_jobs, "--be-jobs")
         be_jobs = [job for job in be_jobs if job.name in be_names]
     runner = Runner(lc_jobs, be_jobs, device, 0.5, 3.0, 8.0, None)
     return runner, [runner.run(Mode("LC alone", "normal", "none", kind="alone")),

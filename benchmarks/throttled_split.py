@@ -20,38 +20,41 @@ JSON. ``--budget-scale`` gives one kind longer or shorter slices than the others
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import itertools
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from octopus.bench.contention.modes import Mode
 from octopus.bench.contention.runner import Runner
 from octopus.bench.contention.workloads import FAMILIES
-from scheduler_runs import run_and_report, start, write_rows
+from scheduler_runs import require_jobs, run_and_report, start, write_rows
 
 
-@contextlib.contextmanager
-def scaled_budgets(runner: Runner, scales: Dict[str, float]) -> Iterator[None]:
-    """While open, each best-effort job named in ``scales`` slices its work to that multiple of
-    the mode's budget."""
-    unknown = set(scales) - {job.name for job in runner.be_jobs}
-    if unknown:
-        raise SystemExit(f"--budget-scale: no best-effort job {sorted(unknown)} in this workload "
-                         f"(its jobs: {[job.name for job in runner.be_jobs]})")
-    product = Runner._be_product
+def scale_budgets(runner: Runner, scales: Dict[str, float]) -> None:
+    """Has ``runner``'s best-effort jobs named in ``scales`` slice their work to that multiple of
+    each mode's budget."""
+    require_jobs(scales, runner.be_jobs, "--budget-scale")
+    product = runner._be_product
 
-    def scaled(self: Runner, job: Any, mode: Mode, *rest: Any) -> Any:
+    def scaled(job: Any, mode: Mode, *rest: Any) -> Any:
         if job.name in scales and mode.slice_budget_s is not None:
             mode = dataclasses.replace(mode, slice_budget_s=mode.slice_budget_s * scales[job.name])
-        return product(self, job, mode, *rest)
-    Runner._be_product = scaled  # type: ignore[method-assign]
+        return product(job, mode, *rest)
+    runner._be_product = scaled  # type: ignore[method-assign]
+
+
+def kind_scale(text: str) -> Tuple[str, float]:
+    """``KIND=F`` as (KIND, F), F a positive finite number."""
+    kind, _, factor = text.partition("=")
     try:
-        yield
-    finally:
-        Runner._be_product = product  # type: ignore[method-assign]
+        value = float(factor)
+    except ValueError:
+        value = 0.0
+    if not kind or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected KIND=F with F a positive finite number, got {text!r}")
+    return kind, value
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -68,7 +71,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="when best-effort holders pause at their checkpoints (the top steps: held)")
     p.add_argument("--be-jobs", nargs="+", default=None, metavar="NAME",
                    help="run only these of the family's best-effort jobs (default: all)")
-    p.add_argument("--budget-scale", nargs="*", default=[], metavar="KIND=F",
+    p.add_argument("--budget-scale", nargs="*", type=kind_scale, default=[], metavar="KIND=F",
                    help="best-effort kind KIND's slices sized to F times the budget")
     p.add_argument("--trace-dir", default=None)
     p.add_argument("--json", default=None)
@@ -77,19 +80,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     if sms is None:
         sms = round(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count / 4)
     runner, rows = start(args.workload, args.be_jobs)
-    scales = {kind: float(f) for kind, f in (a.split("=") for a in args.budget_scale)}
-    with scaled_budgets(runner, scales):
-        for repeat in range(args.repeats):
-            for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
-                options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
-                               throttle=args.throttle, device_yield=True,
-                               record_timeline=args.trace_dir is not None)
-                name = (f"pinned: partition {sms} + throttle {args.throttle} + slices {ms:g} ms, "
-                        f"in-flight {in_flight} + yield")
-                name += "".join(f", {kind}={f:g}" for kind, f in scales.items())
-                mode = Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options)
-                trace = f"trace_{repeat}_{ms:g}ms_{in_flight}"
-                run_and_report(runner, mode, rows, repeat, args.trace_dir, trace)
+    scales = dict(args.budget_scale)
+    scale_budgets(runner, scales)
+    for repeat in range(args.repeats):
+        for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
+            options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
+                           throttle=args.throttle, device_yield=True,
+                           record_timeline=args.trace_dir is not None)
+            name = (f"pinned: partition {sms} + throttle {args.throttle} + slices {ms:g} ms, "
+                    f"in-flight {in_flight} + yield")
+            name += "".join(f", {kind}={f:g}" for kind, f in scales.items())
+            mode = Mode(name, "lease", "lease", kind="pinned", slice_budget_s=ms * 1e-3, options=options)
+            trace = f"trace_{repeat}_{ms:g}ms_{in_flight}"
+            run_and_report(runner, mode, rows, repeat, args.trace_dir, trace)
     write_rows(args.json, args.workload, rows)
     return 0
 
