@@ -107,6 +107,10 @@ py::dict control_dict(const sched::ControlStats& c) {
     kd["infeasible"] = k.infeasible;
     kd["infeasible_reason"] = k.infeasible_reason;
     kd["median_unhelped"] = k.median_unhelped;
+    kd["closes_gate"] = k.closes_gate;
+    kd["gate_on_trial"] = k.gate_on_trial;
+    kd["gate_trials"] = k.gate_trials;
+    kd["gate_failures"] = k.gate_failures;
     py::list steps;
     for (const sched::StepLatency& at : k.steps) {
       py::dict sd;

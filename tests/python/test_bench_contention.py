@@ -110,6 +110,14 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
         "descents 1 | released x (tries/undone: x 1/0, y 3/3)")
     rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=False, trials=0, failures=0))
     assert report.format_table(rows).splitlines()[2].endswith("descents 1")
+    # The LC kinds it tried without the yield gate: whose gate it left open, tries and how many undone.
+    kinds["a"].update(closes_gate=False, gate_trials=1, gate_failures=0)
+    kinds["b"].update(closes_gate=True, gate_trials=2, gate_failures=2)
+    assert report.format_table(rows).splitlines()[2].endswith(
+        "descents 1 | gate open for a (tries/undone: a 1/0, b 2/2)")
+    kinds["a"].update(closes_gate=True, gate_trials=0, gate_failures=0)
+    kinds["b"].update(gate_trials=0, gate_failures=0)
+    assert report.format_table(rows).splitlines()[2].endswith("descents 1")
     rows[2]["control"]["unhelpful_descents"] = 1
     assert report.format_table(rows).splitlines()[2].endswith("descents 1 (1 from steps over target)")
 

@@ -389,6 +389,9 @@ def test_stats_and_trace_per_class(tmp_path):
     assert {"lease", "throttle", "deadline_miss"} <= cats
     leases = [e for e in trace["traceEvents"] if e.get("cat") == "lease"]
     assert {e["args"]["class"] for e in leases} == {"best_effort", "high"}
+    # Whether a latency-critical lease closed the yield gate (the simulated device has none).
+    assert all(e["args"]["closed_gate"] == 0 for e in leases if e["args"]["class"] == "high")
+    assert all("closed_gate" not in e["args"] for e in leases if e["args"]["class"] == "best_effort")
 
 
 @pytest.mark.parametrize("kwargs, match", [

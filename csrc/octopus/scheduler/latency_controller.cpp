@@ -186,13 +186,15 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   k.recent.add(latency_s);
   k.samples += 1;
   samples_at_step_ += 1;
-  if (!trial_.empty()) trial_samples_ += 1;
+  if (trying()) trial_samples_ += 1;
   const std::optional<double> target = target_s(k);
   if (!alone) {
     Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
     at.jobs += 1;
     at.over += target && latency_s > *target ? 1 : 0;
-    if (settled) {
+    if (settled && yields() && k.gate_open) {
+      at.open.add(latency_s);  // the gate's record, apart from the step's
+    } else if (settled) {
       at.last_s = now_s;
       at.recent.add(latency_s);
     } else {
@@ -221,18 +223,19 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
-      const bool undone = undo_release(now_s);
+      const bool undone = undo_change(name, now_s);
       if (!undone && above_no_better(k, *target, now_s)) {
         climb_unhelpful_ = true;  // stays: maybe_descend may find a lower step as good
       } else if (!undone) {
         climb(severe ? 2 : 1, now_s);
       }
     } else if (median_over) {
-      if (!undo_release(now_s) && climb(1, now_s)) median_climbs_ += 1;
+      if (!undo_change(name, now_s) && climb(1, now_s)) median_climbs_ += 1;
     }
   }
   update_probe(now_s);
   maybe_descend(now_s);
+  maybe_open_gate(now_s);
   maybe_release(now_s);
 }
 
@@ -241,6 +244,10 @@ void LatencyController::tick(double now_s) {
     best_effort_[trial_].released = false;  // LC work stopped: the try proved nothing
     trial_.clear();
     release_changes_ += 1;
+  }
+  if (started_ && !gate_trial_.empty() && now_s - last_sample_s_ > options_.idle_s) {
+    kinds_.at(gate_trial_).gate_open = false;  // likewise
+    gate_trial_.clear();
   }
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
     move_to(0, now_s);
@@ -309,7 +316,7 @@ bool LatencyController::settled_within_targets(double now_s) const {
 }
 
 void LatencyController::maybe_release(double now_s) {
-  if (ceiling_ < 0 || probing_) return;
+  if (ceiling_ < 0 || probing_ || !gate_trial_.empty()) return;
   if (!trial_.empty()) {
     if (now_s - trial_since_s_ >= options_.release_trial_s && trial_samples_ >= options_.release_trial_samples) {
       BestEffortKind& b = best_effort_[trial_];  // the try held: the kind stays released
@@ -333,6 +340,91 @@ void LatencyController::maybe_release(double now_s) {
   trial_ = pick;
   trial_since_s_ = now_s;
   trial_samples_ = 0;
+}
+
+bool LatencyController::closes_gate(const std::string& name) const {
+  const auto it = kinds_.find(name);
+  return it == kinds_.end() || !it->second.gate_open;
+}
+
+std::optional<bool> LatencyController::gate_worse(const Kind& k, double now_s) const {
+  const std::optional<double> target = target_s(k);
+  if (!target) return std::nullopt;
+  const auto closed = excess_at(k, step_, *target, now_s);
+  const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
+  if (!closed || at.open.size() < kGateJudgedJobs) return std::nullopt;
+  return lower(*closed, at.open.excess(*target));
+}
+
+void LatencyController::maybe_open_gate(double now_s) {
+  if (probing_ || !trial_.empty()) return;
+  if (!gate_trial_.empty()) {
+    Kind& k = kinds_.at(gate_trial_);
+    const std::optional<bool> worse = gate_worse(k, now_s);  // a try lasts until its record judges it
+    if (worse && now_s - trial_since_s_ >= options_.release_trial_s &&
+        trial_samples_ >= options_.release_trial_samples) {
+      if (*worse) {
+        close_gate_again(gate_trial_, now_s);
+      } else {  // the try held: its leases leave the gate open
+        k.gate_doublings = std::max(0, k.gate_doublings - 1);
+        gate_trial_.clear();
+      }
+    }
+    return;
+  }
+  // At rest at a step with the yield. Not "within targets": a kind whose tail no step helps
+  // (the controller stays, its budget spent) may be one the yield does not help either, and
+  // each try is judged by the kind's own record, not by a budget that chance alone can spend.
+  if (!yields() || settle_left_ > 0 || samples_at_step_ < options_.loosen_samples ||
+      now_s - step_since_s_ < options_.loosen_s) {
+    return;
+  }
+  std::string pick;
+  for (const auto& [name, k] : kinds_) {
+    const std::optional<double> target = target_s(k);
+    if (k.gate_open || now_s - k.last_s > options_.idle_s || k.gate_next_try_s > now_s || !target ||
+        !excess_at(k, step_, *target, now_s)) {
+      continue;
+    }
+    if (pick.empty() || k.gate_next_try_s < kinds_.at(pick).gate_next_try_s) pick = name;
+  }
+  if (pick.empty()) return;
+  Kind& k = kinds_.at(pick);
+  k.gate_open = true;
+  k.gate_trials += 1;
+  k.at_steps[static_cast<std::size_t>(step_)].open.clear();
+  gate_trial_ = pick;
+  trial_since_s_ = now_s;
+  trial_samples_ = 0;
+}
+
+bool LatencyController::undo_change(const std::string& spender, double now_s) {
+  if (!trial_.empty()) return undo_release(now_s);
+  return undo_gate(spender, now_s) || undo_release(now_s);
+}
+
+bool LatencyController::undo_gate(const std::string& spender, double now_s) {
+  const Kind& k = kinds_.at(spender);
+  if (!yields() || !k.gate_open) return false;  // where nothing yields, the gate is not it
+  const std::optional<bool> worse = gate_worse(k, now_s);
+  if (!worse && spender == gate_trial_) return true;  // a try too young to judge: no climb before it is
+  // Closed where its record says the gate was it, or has no say at this step (a step it came
+  // to open): closing the gate again costs BE work less than a climb.
+  if (worse.value_or(true)) {
+    close_gate_again(spender, now_s);
+    return true;
+  }
+  return false;
+}
+
+void LatencyController::close_gate_again(const std::string& name, double now_s) {
+  if (name == gate_trial_) gate_trial_.clear();
+  Kind& k = kinds_.at(name);
+  k.gate_open = false;
+  k.gate_failures += 1;
+  k.gate_doublings = std::min(k.gate_doublings + 1, options_.max_release_doublings);
+  k.gate_next_try_s = now_s + options_.release_wait_s * static_cast<double>(1 << k.gate_doublings);
+  refill(now_s);
 }
 
 bool LatencyController::holds_any(double now_s) const {
@@ -414,7 +506,7 @@ void LatencyController::note_median(const std::string& name, Kind& k, bool unhel
 }
 
 void LatencyController::maybe_descend(double now_s) {
-  if (step_ == 0 || settle_left_ > 0 || !trial_.empty()) return;
+  if (step_ == 0 || settle_left_ > 0 || trying()) return;
   // A step down that held for undo_s was right: its wait shrinks again.
   if (last_descent_to_ == step_ && now_s - last_descent_s_ >= options_.undo_s) {
     int& b = backoff_[static_cast<std::size_t>(step_)];
@@ -466,6 +558,10 @@ void LatencyController::maybe_descend(double now_s) {
 
 void LatencyController::move_to(int step, double now_s) {
   climb_unhelpful_ = trying_below_ = false;
+  if (!gate_trial_.empty()) {  // its record is the step's: the try ends unjudged
+    kinds_.at(gate_trial_).gate_open = false;
+    gate_trial_.clear();
+  }
   if (started_) step_seconds_[static_cast<std::size_t>(step_)] += now_s - step_entered_s_;
   step_entered_s_ = now_s;
   step_ = step;
@@ -518,6 +614,10 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.infeasible = k.infeasible;
     c.infeasible_reason = k.reason;
     c.median_unhelped = k.median_reported && k.median_unhelped > 0;
+    c.closes_gate = !k.gate_open;
+    c.gate_on_trial = name == gate_trial_;
+    c.gate_trials = k.gate_trials;
+    c.gate_failures = k.gate_failures;
     for (const Kind::AtStep& at : k.at_steps) {
       c.steps.push_back(StepLatency{at.jobs, at.over, at.unsettled, at.recent.quantile(0.5), at.recent.quantile(0.99)});
     }

@@ -25,6 +25,23 @@
 // budget where a climb would hold back nothing more of what runs (at the top step, or every
 // active BE kind released) holds the latest released kind again instead.
 //
+// Likewise each LC kind's leases make octopus's BE kernels step aside on the device (the
+// yield gate, at the steps that have device_yield) until the controller finds that kind does
+// not need it: the gate is what a memory-bound BE job pays most for (its rate falls by the LC
+// work's share of device time), and it protects only LC kinds that memory-bound BE work
+// slows (a batch-1 MLP graph beside a ragged op: yes; a small eager ragged op: no, it did no
+// worse without; benchmarks/README.md#contention). Another kind's leases close the gate for
+// their own work, so leaving it open for one kind concerns that kind's latency alone, and
+// each try is judged by that kind's record: at rest at a step with the yield (within targets
+// or not: a kind whose tail no step helps may be one the gate does not help either), the
+// controller leaves one LC kind's gate open for a try (one try of a gate or a release at a
+// time, the same length and doubling waits), its jobs there recorded apart; the gate stays
+// open unless that record is worse than the step's record with the gate closed
+// (ControllerOptions::record_margin, record_confidence). A kind whose gate is
+// open and spends its budget has it closed again, with no climb, where its record at the step
+// says the gate was it or has no say there (a try too young to judge spends no budget on a
+// climb either); a change of step ends a try unjudged.
+//
 // A higher step is not taken to protect better: each kind's record at each step keeps a spent
 // budget from climbing where the step above did no better, and takes the controller down from
 // a step over target where the step below did no worse (ControllerOptions::record_jobs).
@@ -196,6 +213,10 @@ struct KindControl {
   bool infeasible = false;
   std::string infeasible_reason;
   bool median_unhelped = false;     // its median is over its bound and no step lowers it
+  bool closes_gate = true;          // its leases make BE kernels yield (at steps with device_yield)
+  bool gate_on_trial = false;       // left open for a try that has not yet held
+  int64_t gate_trials = 0;          // tries of leaving the gate open for it
+  int64_t gate_failures = 0;        // of them undone, and later closings (its own budget spent)
   std::vector<StepLatency> steps;   // per step of the ladder
 };
 
@@ -235,6 +256,8 @@ class LatencyController {
   std::vector<BestEffortControl> best_effort_kinds() const;
   // How many times a kind was released or held again (so that paused holders look again).
   int64_t release_changes() const { return release_changes_; }
+  // Whether leases of LC kind `kind` close the yield gate (at steps with device_yield).
+  bool closes_gate(const std::string& kind) const;
 
   int step() const { return step_; }
   const ControlStep& settings() const { return ladder_[static_cast<std::size_t>(step_)]; }
@@ -280,13 +303,21 @@ class LatencyController {
       std::size_t jobs = 0, over = 0, unsettled = 0;
       double last_s = -1e300;  // when its last settled job completed
       detail::SampleWindow recent;
-      explicit AtStep(std::size_t window) : recent(window) {}
+      detail::SampleWindow open;  // its jobs with the gate left open (the gate's record)
+      explicit AtStep(std::size_t window) : recent(window), open(window) {}
     };
     std::vector<AtStep> at_steps;  // per step of the ladder
+    // The yield gate (above): whether its leases leave it open, and its tries.
+    bool gate_open = false;
+    double gate_next_try_s = 0.0;
+    int gate_doublings = 0;
+    int64_t gate_trials = 0, gate_failures = 0;
     Kind(std::size_t alone_window, std::size_t recent_window, std::size_t steps)
         : alone(alone_window), recent(recent_window), at_steps(steps, AtStep(kStepWindow)) {}
   };
   static constexpr std::size_t kStepWindow = 128;  // jobs per kind and step kept for its percentiles
+  // Of a kind's jobs with its gate open, at least this many judge it.
+  static constexpr std::size_t kGateJudgedJobs = 16;
 
   Kind& kind(const std::string& name);
   std::optional<double> target_s(const Kind& k) const;
@@ -324,6 +355,25 @@ class LatencyController {
   // nothing more of what runs (at the top step, or every active BE kind released); false where
   // there was none to undo (then the controller climbs instead).
   bool undo_release(double now_s);
+  // Starts, keeps or ends a try of leaving the gate open for an LC kind.
+  void maybe_open_gate(double now_s);
+  // Whether the kind's jobs at this step with its gate open are worse than with it closed
+  // (unknown without both records).
+  std::optional<bool> gate_worse(const Kind& k, double now_s) const;
+  // Closes `spender`'s open gate where its record at the step says it spent the budget or
+  // has no say (true); true too while its try is too young to judge; false where its record
+  // says the gate was not it (then a release is undone or the controller climbs).
+  bool undo_gate(const std::string& spender, double now_s);
+  // Closes a kind's gate again: a failure, and a longer wait before its next try.
+  void close_gate_again(const std::string& name, double now_s);
+  // After a spent budget, undoes what most likely spent it: a release try under way, else the
+  // spender's open gate (undo_gate), else a release (undo_release); false where none (then it
+  // climbs).
+  bool undo_change(const std::string& spender, double now_s);
+  // Whether any BE work yields at the current step (else the gate changes nothing).
+  bool yields() const { return settings().device_yield || released_settings().device_yield; }
+  // Whether a release or gate try is under way.
+  bool trying() const { return !trial_.empty() || !gate_trial_.empty(); }
   // Whether an active BE kind is not released (the steps above the ceiling hold it back).
   bool holds_any(double now_s) const;
   // After a climb or an undone release: every budget full, and settle_samples to come.
@@ -361,8 +411,9 @@ class LatencyController {
   int64_t unhelpful_descents_ = 0;
   std::map<std::string, BestEffortKind> best_effort_;
   int ceiling_ = -1;
-  std::string trial_;               // the kind on trial ("" none)
-  double trial_since_s_ = 0.0;
+  std::string trial_;               // the BE kind on trial ("" none)
+  std::string gate_trial_;          // the LC kind whose gate try is under way ("" none)
+  double trial_since_s_ = 0.0;      // of the try under way (release or gate)
   std::size_t trial_samples_ = 0;
   std::vector<std::string> releases_;  // released kinds whose try held, oldest first
   int64_t release_changes_ = 0;

@@ -137,7 +137,8 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.settled = w.work_class == WorkClass::LatencyCritical && settled(d, now);
   g.timed_release = w.work_class == WorkClass::LatencyCritical && d.controller && backend->times_events();
   g.gate_word = nullptr;
-  if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield) {
+  if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield &&
+      (!d.controller || d.controller->closes_gate(r.kind))) {
     g.gate_word = d.gate_words + (slot - first);  // its slot's word; closed by its holder (Lease::close_gate)
     d.gate_closes += 1;
   }
@@ -192,6 +193,7 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
   }
   TimelineEntry entry = lease_entry(g, TimelineEntry::Type::Lease);
   entry.queued = g.queued;
+  entry.closed_gate = g.gate_word != nullptr;
   entry.requested_us = g.requested_us;
   entry.granted_us = g.granted_us;
   entry.released_us = released_us;

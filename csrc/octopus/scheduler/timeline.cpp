@@ -128,7 +128,9 @@ std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const s
     begin_event();
     json << "{" << common << ",\"cat\":\"lease\",\"ph\":\"X\",\"tid\":" << e.stream_slot << ",\"ts\":" << e.granted_us
          << ",\"dur\":" << e.released_us - e.granted_us << ",\"args\":{\"lease\":" << e.lease_id << classed
-         << ",\"thread\":" << e.thread << ",\"waited_us\":" << e.granted_us - e.requested_us << deadline.str() << "}}";
+         << ",\"thread\":" << e.thread << ",\"waited_us\":" << e.granted_us - e.requested_us << deadline.str();
+    if (e.work_class == WorkClass::LatencyCritical) json << ",\"closed_gate\":" << (e.closed_gate ? 1 : 0);
+    json << "}}";
     rows.insert({e.device, e.stream_slot});
   }
   std::set<int> devices;

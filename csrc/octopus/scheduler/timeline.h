@@ -29,6 +29,7 @@ struct TimelineEntry {
   int priority = 0;
   uint64_t thread = 0;
   bool queued = false;  // the lease waited before its grant
+  bool closed_gate = false;  // a latency-critical lease that made BE kernels yield while held
   // Microseconds since the scheduler was created.
   double requested_us = 0.0;
   double granted_us = 0.0;

@@ -483,7 +483,10 @@ class StreamScheduler:
         and the recent settled jobs' p50 and p99: what each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
         whether the controller released it to ``released_settings`` (the last step that
         only keeps SMs free), whether that is a try still under way, its tries and how
-        many were undone."""
+        many were undone; and per latency-critical kind whether its leases close the yield
+        gate (``closes_gate``: the controller leaves it open for kinds whose own record shows
+        the gate does not help them), whether that is a try under way (``gate_on_trial``),
+        its tries (``gate_trials``) and the closings again (``gate_failures``)."""
         if self._impl.has_reports:
             self._warn_reports()
         return cast("dict[str, Any]", self._impl.stats())
@@ -491,8 +494,9 @@ class StreamScheduler:
     def dump_trace(self, path: str) -> None:
         """Writes the recorded timeline (``record_timeline=True``) as Chrome-trace JSON,
         for chrome://tracing or https://ui.perfetto.dev: each lease on its stream's row
-        (class, priority, deadline), waits, throttled pauses, timeouts and deadline misses;
-        the per-class statistics under ``otherData``."""
+        (class, priority, deadline; for latency-critical ones ``closed_gate``, whether best-effort
+        kernels stepped aside while it was held), waits, throttled pauses, timeouts and
+        deadline misses; the per-class statistics under ``otherData``."""
         self._impl.write_trace(str(path))
 
     # -- executor -----------------------------------------------------------------------

@@ -99,8 +99,8 @@ def _host_share(job: Dict[str, Any]) -> str:
 def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     """Where the latency controller spent the run: its final step, the share of the time at
     each step, its climbs (those for a median over its bound) and descents (those from a step
-    over target whose step below was on record as no worse), and the BE kinds it released
-    (where it tried any)."""
+    over target whose step below was on record as no worse), the BE kinds it released and the
+    LC kinds whose leases it left without the yield gate (where it tried any)."""
     if not control or not control.get("enabled") or "seconds_at_steps" not in control:
         return ""
     seconds = control["seconds_at_steps"]
@@ -115,6 +115,11 @@ def _controller_path(control: Optional[Dict[str, Any]]) -> str:
         path += (" | released " + (", ".join(name for name, b in released.items() if b["released"]) or "none") +
                  " (tries/undone: " + ", ".join(f"{name} {b['trials']}/{b['failures']}" for name, b in released.items())
                  + ")")
+    kinds = control.get("kinds") or {}
+    if any(k.get("gate_trials") for k in kinds.values()):  # the LC kinds it tried without the gate
+        opened = ", ".join(name for name, k in kinds.items() if not k["closes_gate"]) or "none"
+        tries = ", ".join(f"{name} {k['gate_trials']}/{k['gate_failures']}" for name, k in kinds.items())
+        path += f" | gate open for {opened} (tries/undone: {tries})"
     return path
 
 
