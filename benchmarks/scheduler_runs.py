@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -40,7 +41,12 @@ def require_jobs(names: Iterable[str], jobs: Sequence[Any], option: str) -> None
 def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runner, List[Dict[str, Any]]]:
     """The benchmark's runner for one workload family on the current CUDA device (with
     ``be_names``, only those of its BE jobs), its schedulers remembered, and the rows of its LC
-    jobs alone and BE jobs alone."""
+    jobs alone and BE jobs alone. Every mode runs as ``octopus-bench contention`` runs it: TF32
+    matmuls and a GIL switch interval of 0.2 ms. (Until the nineteenth session neither was set
+    here: the ``mlp`` family's matmuls ran in full FP32, and the alone modes, the references of
+    every share, at Python's 5 ms.)"""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    sys.setswitchinterval(2e-4)
     octopus.StreamScheduler = _Recorded  # type: ignore[misc]  # the Runner makes its schedulers through it
     device = torch.device("cuda")
     lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
