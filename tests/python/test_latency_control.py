@@ -144,7 +144,7 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
     assert kind["target_s"] == pytest.approx(1.5 * kind["alone_p99_s"])
     assert 3e-4 <= kind["alone_p50_s"] <= kind["alone_p99_s"] and kind["recent_p50_s"] >= 3e-4
     assert 0 <= kind["attainment"] <= 1 and not kind["infeasible"] and kind["median_unhelped"] is False
-    # Its yield gate: the simulated device has none to close, but the controller's view is there.
+    # Its yield gate, as the controller sees it.
     assert isinstance(kind["closes_gate"], bool) and isinstance(kind["gate_on_trial"], bool)
     assert kind["gate_trials"] >= kind["gate_failures"] >= 0
     control = sched.stats()["devices"][0]["control"]

@@ -389,9 +389,19 @@ def test_stats_and_trace_per_class(tmp_path):
     assert {"lease", "throttle", "deadline_miss"} <= cats
     leases = [e for e in trace["traceEvents"] if e.get("cat") == "lease"]
     assert {e["args"]["class"] for e in leases} == {"best_effort", "high"}
-    # Whether a latency-critical lease closed the yield gate (the simulated device has none).
-    assert all(e["args"]["closed_gate"] == 0 for e in leases if e["args"]["class"] == "high")
-    assert all("closed_gate" not in e["args"] for e in leases if e["args"]["class"] == "best_effort")
+
+
+@pytest.mark.parametrize("device_yield", [True, False])
+def test_the_trace_says_whether_latency_critical_leases_closed_the_yield_gate(tmp_path, device_yield):
+    sched = simulated(record_timeline=True, latency_control=False, device_yield=device_yield)
+    with sched.acquire("bg", best_effort=True), sched.acquire("urgent", priority="high"):
+        pass
+    path = tmp_path / "trace.json"
+    sched.dump_trace(path)
+    leases = {e["args"]["class"]: e["args"] for e in json.loads(path.read_text())["traceEvents"]
+              if e.get("cat") == "lease"}
+    assert leases["high"]["closed_gate"] == int(device_yield)
+    assert "closed_gate" not in leases["best_effort"]
 
 
 @pytest.mark.parametrize("kwargs, match", [

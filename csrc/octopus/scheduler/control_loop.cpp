@@ -71,8 +71,11 @@ void State::setup_control() {
       }
     }
     if (config.latency_control) {
-      d.controller = std::make_unique<LatencyController>(controller_options(config),
-                                                         default_ladder(d.multiprocessors, d.reserves));
+      // Its steps yield as the device will: never without a gate, as pinned where pinned.
+      std::optional<bool> device_yield = config.device_yield;
+      if (d.gate_words == nullptr) device_yield = false;
+      d.controller = std::make_unique<LatencyController>(
+          controller_options(config), default_ladder(d.multiprocessors, d.reserves, device_yield));
     }
     apply_control(d, Clock::now());
   }
@@ -220,7 +223,7 @@ void State::control_loop() {
       const bool alone = f.p.idle && d.best_effort_epoch == f.p.epoch;
       // Ran wholly under the settings in force now, with none of earlier settings' BE work left.
       const bool settled = f.p.settled && f.p.generation == d.control_generation;
-      d.controller->observe(f.p.kind, latency_s, alone, f.completed_us * 1e-6, settled);
+      d.controller->observe(f.p.kind, latency_s, alone, f.completed_us * 1e-6, settled, f.p.gate_left_open);
       if (config.record_timeline) {
         TimelineEntry entry;
         entry.type = TimelineEntry::Type::Latency;

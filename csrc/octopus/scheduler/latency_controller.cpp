@@ -44,7 +44,8 @@ bool same_settings(const ControlStep& a, const ControlStep& b) {
          a.throttle == b.throttle && a.device_yield == b.device_yield;
 }
 
-std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves) {
+std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
+                                        std::optional<bool> device_yield) {
   const auto reserve = [&](double fraction) { return nearest_reserve(multiprocessors, reserves, fraction); };
   // Ordered by what best-effort work gives up, as measured on an H100/H200 (benchmarks/):
   // first SMs kept free of it (a latency-critical kernel then finds a free SM at once; BE
@@ -71,7 +72,8 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
       {1e-3, 1, reserve(0.25), ThrottleMode::Held, true},
   };
   std::vector<ControlStep> ladder;
-  for (const ControlStep& s : steps) {
+  for (ControlStep s : steps) {
+    if (device_yield) s.device_yield = *device_yield;
     if (ladder.empty() || !same_settings(ladder.back(), s)) ladder.push_back(s);
   }
   return ladder;
@@ -169,7 +171,8 @@ std::optional<double> LatencyController::median_at(const Kind& k, int step, doub
   return at.recent.quantile(0.5);
 }
 
-void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s, bool settled) {
+void LatencyController::observe(const std::string& name, double latency_s, bool alone, double now_s, bool settled,
+                                std::optional<bool> gate_left_open) {
   if (!started_) {
     started_ = true;
     step_since_s_ = now_s;
@@ -192,8 +195,9 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
     at.jobs += 1;
     at.over += target && latency_s > *target ? 1 : 0;
-    if (settled && yields() && k.gate_open) {
+    if (settled && gate_left_open.value_or(yields() && k.gate_open)) {
       at.open.add(latency_s);  // the gate's record, apart from the step's
+      at.open_last_s = now_s;
     } else if (settled) {
       at.last_s = now_s;
       at.recent.add(latency_s);
@@ -350,10 +354,12 @@ bool LatencyController::closes_gate(const std::string& name) const {
 std::optional<bool> LatencyController::gate_worse(const Kind& k, double now_s) const {
   const std::optional<double> target = target_s(k);
   if (!target) return std::nullopt;
-  const auto closed = excess_at(k, step_, *target, now_s);
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
-  if (!closed || at.open.size() < kGateJudgedJobs) return std::nullopt;
-  return lower(*closed, at.open.excess(*target));
+  if (at.recent.size() < options_.record_jobs || at.open.size() < kGateJudgedJobs ||
+      now_s - at.open_last_s > options_.step_memory_s) {
+    return std::nullopt;
+  }
+  return lower(at.recent.excess(*target), at.open.excess(*target));
 }
 
 void LatencyController::maybe_open_gate(double now_s) {
@@ -361,8 +367,10 @@ void LatencyController::maybe_open_gate(double now_s) {
   if (!gate_trial_.empty()) {
     Kind& k = kinds_.at(gate_trial_);
     const std::optional<bool> worse = gate_worse(k, now_s);  // a try lasts until its record judges it
-    if (worse && now_s - trial_since_s_ >= options_.release_trial_s &&
-        trial_samples_ >= options_.release_trial_samples) {
+    if (!worse && now_s - trial_since_s_ > options_.gate_trial_limit_s) {
+      close_gate_again(gate_trial_, now_s);  // too few of its jobs to judge it
+    } else if (worse && now_s - trial_since_s_ >= options_.release_trial_s &&
+               trial_samples_ >= options_.release_trial_samples) {
       if (*worse) {
         close_gate_again(gate_trial_, now_s);
       } else {  // the try held: its leases leave the gate open
@@ -392,7 +400,7 @@ void LatencyController::maybe_open_gate(double now_s) {
   Kind& k = kinds_.at(pick);
   k.gate_open = true;
   k.gate_trials += 1;
-  k.at_steps[static_cast<std::size_t>(step_)].open.clear();
+  k.at_steps[static_cast<std::size_t>(step_)].open.clear();  // no jobs of an earlier try
   gate_trial_ = pick;
   trial_since_s_ = now_s;
   trial_samples_ = 0;
@@ -417,7 +425,7 @@ bool LatencyController::undo_gate(const std::string& spender, double now_s) {
   return false;
 }
 
-void LatencyController::close_gate_again(const std::string& name, double now_s) {
+void LatencyController::close_gate_again(std::string name, double now_s) {
   if (name == gate_trial_) gate_trial_.clear();
   Kind& k = kinds_.at(name);
   k.gate_open = false;

@@ -25,22 +25,25 @@
 // budget where a climb would hold back nothing more of what runs (at the top step, or every
 // active BE kind released) holds the latest released kind again instead.
 //
-// Likewise each LC kind's leases make octopus's BE kernels step aside on the device (the
-// yield gate, at the steps that have device_yield) until the controller finds that kind does
-// not need it: the gate is what a memory-bound BE job pays most for (its rate falls by the LC
-// work's share of device time), and it protects only LC kinds that memory-bound BE work
-// slows (a batch-1 MLP graph beside a ragged op: yes; a small eager ragged op: no, it did no
-// worse without; benchmarks/README.md#contention). Another kind's leases close the gate for
-// their own work, so leaving it open for one kind concerns that kind's latency alone, and
-// each try is judged by that kind's record: at rest at a step with the yield (within targets
-// or not: a kind whose tail no step helps may be one the gate does not help either), the
-// controller leaves one LC kind's gate open for a try (one try of a gate or a release at a
-// time, the same length and doubling waits), its jobs there recorded apart; the gate stays
+// Likewise each LC kind's leases make octopus's BE kernels step aside on the device (the yield
+// gate, at the steps that have device_yield) until the controller finds that kind does not
+// need it: the gate is what a memory-bound BE job pays most for (its rate falls by the LC
+// work's share of device time), and it protects only LC kinds that memory-bound BE work slows
+// (a batch-1 MLP graph beside a ragged op: yes; a small eager ragged op: no, it did no worse
+// without; benchmarks/README.md#contention). Another kind's leases close the gate for their
+// own work, so leaving it open for one kind concerns mostly that kind's latency, and each try
+// is judged by that kind's record (another kind's spent budget climbs as ever): at rest at a
+// step with the yield (within targets or not: a kind whose tail no step helps may be one the
+// gate does not help either), the controller leaves one LC kind's gate open for a try (one try
+// of a gate or a release at a time; at least as long as a release's, until the kind has
+// kGateJudgedJobs jobs with the gate open, at most gate_trial_limit_s; the same doubling waits
+// after a failed one), its jobs there (by their leases' grants) recorded apart; the gate stays
 // open unless that record is worse than the step's record with the gate closed
-// (ControllerOptions::record_margin, record_confidence). A kind whose gate is
-// open and spends its budget has it closed again, with no climb, where its record at the step
-// says the gate was it or has no say there (a try too young to judge spends no budget on a
-// climb either); a change of step ends a try unjudged.
+// (ControllerOptions::record_margin, record_confidence). Outside a release try, a kind whose
+// gate is open and spends its budget has it closed again, with no climb, where its record at
+// the step says the gate was it or has no say there (no recent jobs with the gate open at the
+// step); a try too young to judge spends no budget on a climb either; a change of step ends a
+// try unjudged.
 //
 // A higher step is not taken to protect better: each kind's record at each step keeps a spent
 // budget from climbing where the step above did no better, and takes the controller down from
@@ -82,8 +85,11 @@ struct ControlStep {
 bool same_settings(const ControlStep& a, const ControlStep& b);
 
 // The default ladder for a device of `multiprocessors` SMs whose BE partitions can leave
-// `reserves` SMs free (ascending, without 0; empty where no partition can be made).
-std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves);
+// `reserves` SMs free (ascending, without 0; empty where no partition can be made). With
+// `device_yield`, every step yields or none does (a pinned setting, or a device without a
+// gate), and steps left alike are merged.
+std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
+                                        std::optional<bool> device_yield = std::nullopt);
 
 // A kind's latency target: an absolute p99, or a ratio of its alone p99.
 struct LatencyTarget {
@@ -179,6 +185,9 @@ struct ControllerOptions {
   // A kind whose p99 stays over its target at the top step for infeasible_samples samples
   // is reported infeasible.
   std::size_t infeasible_samples = 200;
+  // A try of leaving a kind's gate open that its record has not judged in this long (a kind
+  // too rare to collect the jobs) ends with the gate closed, as a failed one.
+  double gate_trial_limit_s = 30.0;
   // Releasing BE kinds (above): a try lasts release_trial_s and release_trial_samples LC
   // samples; a failed one makes that kind wait release_wait_s x 2^failures (at most
   // max_release_doublings doublings) before its next. A kind seen within idle_s is active.
@@ -194,7 +203,7 @@ struct StepLatency {
   std::size_t jobs = 0;
   std::size_t over = 0;       // of them, over the target in force then
   std::size_t unsettled = 0;  // of them, not in the record: BE work of an earlier step was on the device
-  std::optional<double> p50_s, p99_s;  // of its most recent settled jobs at the step
+  std::optional<double> p50_s, p99_s;  // of its most recent settled jobs at the step, gate closed
 };
 
 // What the controller knows of one kind, for stats and warnings.
@@ -241,7 +250,11 @@ class LatencyController {
   // that an earlier step let in (work queued before a change runs as that step said: a
   // partition's streams, slices already cut): only such jobs enter the step's record, which
   // then judges the step, not the one before it. Every job counts against the error budget.
-  void observe(const std::string& kind, double latency_s, bool alone, double now_s, bool settled = true);
+  // `gate_left_open`: whether the job's lease left the yield gate open because its kind's gate
+  // was open (the scheduler knows it from the grant; unset: the kind's gate now, at a step
+  // that yields).
+  void observe(const std::string& kind, double latency_s, bool alone, double now_s, bool settled = true,
+               std::optional<bool> gate_left_open = std::nullopt);
   // Time passing without samples (for going back to the bottom step when LC work stops and
   // for ending probes).
   void tick(double now_s);
@@ -301,9 +314,10 @@ class LatencyController {
     bool median_reported = false;
     struct AtStep {
       std::size_t jobs = 0, over = 0, unsettled = 0;
-      double last_s = -1e300;  // when its last settled job completed
+      double last_s = -1e300;  // when its last settled job completed (with the gate closed: `recent`'s)
       detail::SampleWindow recent;
       detail::SampleWindow open;  // its jobs with the gate left open (the gate's record)
+      double open_last_s = -1e300;  // when the last of them completed
       explicit AtStep(std::size_t window) : recent(window), open(window) {}
     };
     std::vector<AtStep> at_steps;  // per step of the ladder
@@ -357,15 +371,16 @@ class LatencyController {
   bool undo_release(double now_s);
   // Starts, keeps or ends a try of leaving the gate open for an LC kind.
   void maybe_open_gate(double now_s);
-  // Whether the kind's jobs at this step with its gate open are worse than with it closed
-  // (unknown without both records).
+  // Whether the kind's jobs at this step with its gate open (recent ones, kGateJudgedJobs of
+  // them at least) are worse than with it closed (record_jobs of them, however old: that
+  // record is not refreshed while the gate is open); unknown without both records.
   std::optional<bool> gate_worse(const Kind& k, double now_s) const;
   // Closes `spender`'s open gate where its record at the step says it spent the budget or
   // has no say (true); true too while its try is too young to judge; false where its record
   // says the gate was not it (then a release is undone or the controller climbs).
   bool undo_gate(const std::string& spender, double now_s);
   // Closes a kind's gate again: a failure, and a longer wait before its next try.
-  void close_gate_again(const std::string& name, double now_s);
+  void close_gate_again(std::string name, double now_s);  // by value: it may be gate_trial_
   // After a spent budget, undoes what most likely spent it: a release try under way, else the
   // spender's open gate (undo_gate), else a release (undo_release); false where none (then it
   // climbs).
@@ -376,7 +391,8 @@ class LatencyController {
   bool trying() const { return !trial_.empty() || !gate_trial_.empty(); }
   // Whether an active BE kind is not released (the steps above the ceiling hold it back).
   bool holds_any(double now_s) const;
-  // After a climb or an undone release: every budget full, and settle_samples to come.
+  // After a climb, an undone release or a gate closed again: every budget full, and
+  // settle_samples to come.
   void refill(double now_s);
 
   struct BestEffortKind {

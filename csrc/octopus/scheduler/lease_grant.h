@@ -43,6 +43,9 @@ struct LeaseGrant {
   // A latency-critical lease granted while its device's best-effort work yields: the word of
   // the device's gate (yield_gate.h) it closes on its stream and opens when it is returned.
   uint32_t* gate_word = nullptr;
+  // A latency-critical lease granted while its device yields that left the gate open because
+  // the controller leaves it open for its kind (the controller records such jobs apart).
+  bool gate_left_open = false;
 };
 
 }  // namespace octopus::scheduler

@@ -137,10 +137,14 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.settled = w.work_class == WorkClass::LatencyCritical && settled(d, now);
   g.timed_release = w.work_class == WorkClass::LatencyCritical && d.controller && backend->times_events();
   g.gate_word = nullptr;
-  if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield &&
-      (!d.controller || d.controller->closes_gate(r.kind))) {
-    g.gate_word = d.gate_words + (slot - first);  // its slot's word; closed by its holder (Lease::close_gate)
-    d.gate_closes += 1;
+  g.gate_left_open = false;
+  if (w.work_class == WorkClass::LatencyCritical && d.gate_words != nullptr && d.control.device_yield) {
+    if (!d.controller || d.controller->closes_gate(r.kind)) {
+      g.gate_word = d.gate_words + (slot - first);  // its slot's word; closed by its holder (Lease::close_gate)
+      d.gate_closes += 1;
+    } else {
+      g.gate_left_open = true;
+    }
   }
   w.granted = true;
   w.cv.notify_one();
@@ -176,7 +180,7 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
     if (g.work_class == WorkClass::LatencyCritical) {
       pending_latencies.push_back(PendingLatency{g.kind, index, g.requested_us, released_us, -1.0, event,
                                                  g.best_effort_idle, g.best_effort_epoch, g.settled,
-                                                 g.control_generation});
+                                                 g.control_generation, g.gate_left_open});
       control_wake.notify_one();
     } else if (g.work_class == WorkClass::BestEffort) {
       d.best_effort_releases_pending += 1;

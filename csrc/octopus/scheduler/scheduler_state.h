@@ -94,6 +94,7 @@ struct State {
     uint64_t epoch = 0;
     bool settled = false;  // LeaseGrant's settled and control_generation
     uint64_t generation = 0;
+    bool gate_left_open = false;  // LeaseGrant's
   };
   struct PendingRelease {
     int index = 0;
