@@ -48,6 +48,16 @@ std::vector<ControlStep> ladder_of(std::size_t n) {
   return ladder;
 }
 
+// The entry of `entries` (kinds' or best-effort kinds' controls) for kind `name`; a default one
+// where there is none.
+template <class Control>
+Control named(const std::vector<Control>& entries, const std::string& name) {
+  for (const Control& e : entries) {
+    if (e.kind == name) return e;
+  }
+  return Control{};
+}
+
 // Steps changed within `steps`.
 int changes(const std::vector<int>& steps) {
   int n = 0;
@@ -553,10 +563,7 @@ struct TwoBestEffortKinds {
     }
   }
   BestEffortControl kind(const LatencyController& c, const std::string& name) const {
-    for (const BestEffortControl& b : c.best_effort_kinds()) {
-      if (b.kind == name) return b;
-    }
-    return BestEffortControl{};
+    return named(c.best_effort_kinds(), name);
   }
 };
 
@@ -698,12 +705,7 @@ struct GatedKinds {
       }
     }
   }
-  static KindControl kind(const LatencyController& c, const std::string& name) {
-    for (const KindControl& k : c.kinds()) {
-      if (k.kind == name) return k;
-    }
-    return KindControl{};
-  }
+  static KindControl kind(const LatencyController& c, const std::string& name) { return named(c.kinds(), name); }
 };
 
 TEST(LatencyController, LeavesTheGateOpenForTheKindsTheYieldDoesNotHelp) {
