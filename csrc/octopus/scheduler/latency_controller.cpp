@@ -249,10 +249,7 @@ void LatencyController::tick(double now_s) {
     trial_.clear();
     release_changes_ += 1;
   }
-  if (started_ && !gate_trial_.empty() && now_s - last_sample_s_ > options_.idle_s) {
-    kinds_.at(gate_trial_).gate_open = false;  // likewise
-    gate_trial_.clear();
-  }
+  if (started_ && now_s - last_sample_s_ > options_.idle_s) end_gate_try_unjudged();  // likewise
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
     move_to(0, now_s);
     step_since_s_ = now_s;
@@ -430,9 +427,19 @@ void LatencyController::close_gate_again(std::string name, double now_s) {
   Kind& k = kinds_.at(name);
   k.gate_open = false;
   k.gate_failures += 1;
-  k.gate_doublings = std::min(k.gate_doublings + 1, options_.max_release_doublings);
-  k.gate_next_try_s = now_s + options_.release_wait_s * static_cast<double>(1 << k.gate_doublings);
+  k.gate_next_try_s = next_try_after_failure(k.gate_doublings, now_s);
   refill(now_s);
+}
+
+void LatencyController::end_gate_try_unjudged() {
+  if (gate_trial_.empty()) return;
+  kinds_.at(gate_trial_).gate_open = false;
+  gate_trial_.clear();
+}
+
+double LatencyController::next_try_after_failure(int& doublings, double now_s) const {
+  doublings = std::min(doublings + 1, options_.max_release_doublings);
+  return now_s + options_.release_wait_s * static_cast<double>(1 << doublings);
 }
 
 bool LatencyController::holds_any(double now_s) const {
@@ -458,8 +465,7 @@ bool LatencyController::undo_release(double now_s) {
   b.released = false;
   b.failures += 1;
   release_changes_ += 1;
-  b.doublings = std::min(b.doublings + 1, options_.max_release_doublings);
-  b.next_try_s = now_s + options_.release_wait_s * static_cast<double>(1 << b.doublings);
+  b.next_try_s = next_try_after_failure(b.doublings, now_s);
   refill(now_s);
   return true;
 }
@@ -566,10 +572,7 @@ void LatencyController::maybe_descend(double now_s) {
 
 void LatencyController::move_to(int step, double now_s) {
   climb_unhelpful_ = trying_below_ = false;
-  if (!gate_trial_.empty()) {  // its record is the step's: the try ends unjudged
-    kinds_.at(gate_trial_).gate_open = false;
-    gate_trial_.clear();
-  }
+  end_gate_try_unjudged();  // its record is the step's
   if (started_) step_seconds_[static_cast<std::size_t>(step_)] += now_s - step_entered_s_;
   step_entered_s_ = now_s;
   step_ = step;

@@ -379,6 +379,10 @@ class LatencyController {
   // has no say (true); true too while its try is too young to judge; false where its record
   // says the gate was not it (then a release is undone or the controller climbs).
   bool undo_gate(const std::string& spender, double now_s);
+  // Ends a gate try under way without judging it (no failure): the kind's gate closes.
+  void end_gate_try_unjudged();
+  // After a failed try (of a release or a gate): one more doubling, and when the next may come.
+  double next_try_after_failure(int& doublings, double now_s) const;
   // Closes a kind's gate again: a failure, and a longer wait before its next try.
   void close_gate_again(std::string name, double now_s);  // by value: it may be gate_trial_
   // After a spent budget, undoes what most likely spent it: a release try under way, else the
