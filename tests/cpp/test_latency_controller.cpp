@@ -882,5 +882,22 @@ TEST(DefaultLadder, GoesFromPermissiveToProtectiveAndUsesTheReservesOffered) {
   EXPECT_LT(flat.size(), ladder.size());
 }
 
+TEST(DefaultLadder, HasAStepPerPartitionTheDeviceMade) {
+  // An H200's partitions for 6-25% of its 132 SMs keep whole groups of 8 free: 12, 20, 28, 36
+  // (none of them the nearest to its own fraction of 132). Each is a step of its own, in order,
+  // and the time steps keep the most; a reserve given twice, 0 or all the SMs is no step.
+  const std::vector<ControlStep> ladder = default_ladder(132, {28, 12, 36, 20, 20, 0, 132});
+  std::vector<int> whole_unit_reserves;
+  for (const ControlStep& s : ladder) {
+    if (s.slice_budget_s >= kWholeSliceS) whole_unit_reserves.push_back(s.reserved_sms);
+  }
+  EXPECT_EQ(whole_unit_reserves, (std::vector<int>{0, 12, 20, 28, 36}));
+  ASSERT_EQ(ladder.size(), 8u);
+  for (std::size_t i = 5; i < ladder.size(); ++i) {
+    EXPECT_LT(ladder[i].slice_budget_s, kWholeSliceS);
+    EXPECT_EQ(ladder[i].reserved_sms, 36);
+  }
+}
+
 }  // namespace
 }  // namespace octopus::scheduler

@@ -8,20 +8,6 @@
 namespace octopus::scheduler {
 namespace {
 
-// The reserve of `reserves` nearest to `fraction` of the SMs (0 where none is offered).
-int nearest_reserve(int multiprocessors, const std::vector<int>& reserves, double fraction) {
-  int best = 0;
-  double best_distance = 1e300;
-  for (const int r : reserves) {
-    const double distance = std::abs(r - fraction * multiprocessors);
-    if (r > 0 && r < multiprocessors && distance < best_distance) {
-      best = r;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
 // Of fewer alone samples than this, the nearest-rank p99 is their largest, and one host
 // hiccup in a probe (its thread preempted) would set the kind's target: below it the largest
 // is left out.
@@ -46,7 +32,17 @@ bool same_settings(const ControlStep& a, const ControlStep& b) {
 
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
                                         std::optional<bool> device_yield) {
-  const auto reserve = [&](double fraction) { return nearest_reserve(multiprocessors, reserves, fraction); };
+  // One partition step per reserve offered, fewest SMs kept free first. (The partitions keep
+  // whole groups of SMs free: on an H200 the 6-25% asked keep 12, 20, 28 and 36 of its 132 SMs.
+  // Matching each fraction to its nearest reserve instead dropped the 28 and took the 12 twice.)
+  std::vector<int> kept;
+  for (const int r : reserves) {
+    if (r > 0 && r < multiprocessors) kept.push_back(r);
+  }
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  if (kept.empty()) kept.push_back(0);  // no partition: the yield alone
+  const int top = kept.back();
   // Ordered by what best-effort work gives up, as measured on an H100/H200 (benchmarks/):
   // first SMs kept free of it (a latency-critical kernel then finds a free SM at once; BE
   // work loses about the share of SMs kept), then slices (every slice costs the BE holder
@@ -61,16 +57,11 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
   // 1 ms slices, where either kind still falls to 14-50% at times (H200, both families of
   // octopus-bench contention; benchmarks/README.md#contention).
   const double whole = kWholeSliceS;
-  const std::vector<ControlStep> steps = {
-      {whole, 2, 0, ThrottleMode::Off, false},
-      {whole, 2, reserve(0.06), ThrottleMode::Off, true},
-      {whole, 2, reserve(0.12), ThrottleMode::Off, true},
-      {whole, 2, reserve(0.18), ThrottleMode::Off, true},
-      {whole, 2, reserve(0.25), ThrottleMode::Off, true},
-      {4e-3, 2, reserve(0.25), ThrottleMode::Off, true},
-      {2e-3, 1, reserve(0.25), ThrottleMode::Waiting, true},
-      {1e-3, 1, reserve(0.25), ThrottleMode::Held, true},
-  };
+  std::vector<ControlStep> steps = {{whole, 2, 0, ThrottleMode::Off, false}};
+  for (const int r : kept) steps.push_back({whole, 2, r, ThrottleMode::Off, true});
+  steps.push_back({4e-3, 2, top, ThrottleMode::Off, true});
+  steps.push_back({2e-3, 1, top, ThrottleMode::Waiting, true});
+  steps.push_back({1e-3, 1, top, ThrottleMode::Held, true});
   std::vector<ControlStep> ladder;
   for (ControlStep s : steps) {
     if (device_yield) s.device_yield = *device_yield;

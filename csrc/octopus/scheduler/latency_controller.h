@@ -85,9 +85,9 @@ struct ControlStep {
 bool same_settings(const ControlStep& a, const ControlStep& b);
 
 // The default ladder for a device of `multiprocessors` SMs whose BE partitions can leave
-// `reserves` SMs free (ascending, without 0; empty where no partition can be made). With
-// `device_yield`, every step yields or none does (a pinned setting, or a device without a
-// gate), and steps left alike are merged.
+// `reserves` SMs free (empty where no partition can be made): a step per reserve, then time
+// steps at the largest. With `device_yield`, every step yields or none does (a pinned
+// setting, or a device without a gate), and steps left alike are merged.
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
                                         std::optional<bool> device_yield = std::nullopt);
 
