@@ -422,3 +422,12 @@ def test_item_ranges_cover_every_item_once_in_order_and_fill_each_range(sizes, d
         assert elements <= limit or stop - start == 1
         if stop < len(sizes):  # the next item would not have fit
             assert offsets[stop + 1] - offsets[start] > limit
+
+
+@pytest.mark.parametrize("limit", [7, 2**62, 2**63, 2**70])
+def test_item_ranges_with_a_limit_past_the_last_offset_take_the_rest_in_one_range(limit):
+    """A limit as large as the whole batch or larger (past what an int64 holds too, as a huge
+    budget over a tiny measured rate gives) is one range, as no limit is."""
+    batch = random_batch([(3,), (0,), (4,)], "cpu", seed=0)
+    sizer = SliceSizer(limit, None, lambda: None, batch.numel())
+    assert list(item_ranges(batch, sizer)) == [(0, 3, 7)]
