@@ -883,9 +883,10 @@ TEST(DefaultLadder, GoesFromPermissiveToProtectiveAndUsesTheReservesOffered) {
 }
 
 TEST(DefaultLadder, HasAStepPerPartitionTheDeviceMade) {
-  // An H200's partitions for 6-25% of its 132 SMs keep whole groups of 8 free: 12, 20, 28, 36
-  // (none of them the nearest to its own fraction of 132). Each is a step of its own, in order,
-  // and the time steps keep the most; a reserve given twice, 0 or all the SMs is no step.
+  // An H200's partitions take whole groups of 8 of its 132 SMs, so for 6-25% of them free they
+  // keep 12, 20, 28 and 36 free; matched to the nearest reserve, the 12% step took 12 again and
+  // 28 went unused. Each is a step of its own, in order, and the time steps keep the most; a
+  // reserve given twice, 0 or all the SMs is no step.
   const std::vector<ControlStep> ladder = default_ladder(132, {28, 12, 36, 20, 20, 0, 132});
   std::vector<int> whole_unit_reserves;
   for (const ControlStep& s : ladder) {
