@@ -35,11 +35,31 @@ PARTS = (("total", "total"), ("start", "start"), ("launch", "launch"), ("device"
 
 class DecomposingRunner(Runner):
     """The benchmark's runner with every LC job's launch, device span and wait recorded
-    (seconds) in ``parts[job name]``."""
+    (seconds) in ``parts[job name]``, one per job of the last run, in order; ``window_parts``
+    keeps those of the jobs the run's row measured."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.parts: Dict[str, List[Tuple[float, float, float]]] = {}
+        self._arrivals: Dict[str, List[float]] = {}
+
+    def run(self, mode: Any) -> Dict[str, Any]:
+        self.parts.clear()
+        self._arrivals.clear()
+        return super().run(mode)
+
+    def _lc_thread(self, job: Any, launch: Callable[[], None], start: float, phase: float, stop: Any,
+                   out: List[tuple]) -> None:
+        super()._lc_thread(job, launch, start, phase, stop, out)
+        self._arrivals[job.name] = [arrival for arrival, _, _ in out]  # one per launch, as parts
+
+    def window_parts(self, job: str) -> List[Tuple[float, float, float]]:
+        """The parts of the jobs that arrived in the last run's measured window (its row's jobs:
+        an LC thread launches the job it was waiting for after the window, and a backlogged one
+        several)."""
+        assert self.window is not None
+        t0, t1 = self.window
+        return [part for arrival, part in zip(self._arrivals[job], self.parts[job]) if t0 <= arrival < t1]
 
     def _lc_launcher(self, job: Any, mode: Any, sched: Any) -> Callable[[], None]:
         began, done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -73,11 +93,10 @@ def measure(measure_s: float) -> List[Dict[str, Any]]:
         lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
         runner = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, measure_s, 8.0)
         for name in MODES:
-            runner.parts.clear()
             row = runner.run(by_name[name])
-            for job, parts in runner.parts.items():
-                n = len(row["lc_ms"][job])  # the measured window's jobs: the last n
-                launch, span, wake = zip(*parts[-n:]) if n else ((), (), ())
+            for job in runner.parts:
+                parts = runner.window_parts(job)
+                launch, span, wake = zip(*parts) if parts else ((), (), ())
                 rows.append(dict(workload=workload, mode=name, job=job, clock=row["sm_clock_mhz"],
                                  total=row["lc_ms"][job], start=row["lc_start_ms"][job],
                                  launch=[1e3 * v for v in launch], device=[1e3 * v for v in span],

@@ -43,10 +43,13 @@ def parse_config(text: str) -> Tuple[List[str], int, bool]:
     return parts[0].split(","), int(parts[1]), len(parts) == 3
 
 
-def line(name: str, row: Dict[str, Any], spans: Dict[str, List[float]], alone_p99: Dict[str, float],
-         be_alone: Dict[str, float]) -> str:
+def format_row(name: str, row: Dict[str, Any], spans: Dict[str, List[float]], alone_p99: Dict[str, float],
+               be_alone: Dict[str, float]) -> str:
     out = f"{name:42s} clk {row['sm_clock_mhz']:.0f} |"
     for job, ms in row["lc_ms"].items():
+        if not ms or not spans[job]:
+            out += f" {job} no job in the window |"
+            continue
         within = sum(v <= 1.5 * alone_p99[job] for v in ms) / len(ms)
         out += (f" {job} {100 * within:.1f}% total {percentile(ms, 50):.3f}/{percentile(ms, 99):.3f}"
                 f" device {percentile(spans[job], 50):.3f}/{percentile(spans[job], 99):.3f}"
@@ -62,7 +65,7 @@ def main() -> int:
                    metavar="BE_JOBS:SMS[:yield]")
     p.add_argument("--repeats", type=int, default=1, help="rounds over every configuration, interleaved")
     p.add_argument("--measure", type=float, default=3.0, help="seconds each configuration is measured")
-    p.add_argument("--json", help="write the raw rows (and each LC job's device spans, seconds) here")
+    p.add_argument("--json", help="write the raw rows (and each LC job's device spans, ms) here")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("pinned_be_split.py needs a CUDA device", file=sys.stderr)
@@ -73,12 +76,12 @@ def main() -> int:
     lc_jobs, be_jobs = FAMILIES[args.workload](device, 1.0)
     for names, _, _ in args.config:
         require_jobs(names, be_jobs, "--config")
-    everything = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, args.measure, 8.0)
-    alone = [everything.run(Mode("LC alone", "normal", "none", kind="alone")),
-             everything.run(Mode("BE alone", "none", "normal", kind="alone"))]
-    alone_p99 = {job: percentile(ms, 99) for job, ms in alone[0]["lc_ms"].items()}
+    all_be_runner = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, args.measure, 8.0)
+    lc_alone = all_be_runner.run(Mode("LC alone", "normal", "none", kind="alone"))
+    be_alone = all_be_runner.run(Mode("BE alone", "none", "normal", kind="alone"))
+    alone_p99 = {job: percentile(ms, 99) for job, ms in lc_alone["lc_ms"].items()}
     print("LC alone p50/p99 (ms): " + ", ".join(f"{job} {percentile(ms, 50):.3f}/{alone_p99[job]:.3f}"
-                                                for job, ms in alone[0]["lc_ms"].items()), flush=True)
+                                                for job, ms in lc_alone["lc_ms"].items()), flush=True)
     rows: List[Dict[str, Any]] = []
     for _ in range(args.repeats):
         for names, sms, yields in args.config:
@@ -88,13 +91,12 @@ def main() -> int:
             row = runner.run(Mode(name, "lease", "lease", kind="sweep", options=dict(
                 latency_control=False, reserved_sms=sms, best_effort_in_flight=0, throttle="off",
                 device_yield=yields)))
-            spans = {job: [1e3 * part[1] for part in runner.parts[job][-len(ms):]]
-                     for job, ms in row["lc_ms"].items()}
-            print(line(name, row, spans, alone_p99, alone[1]["be_per_s"]), flush=True)
+            spans = {job: [1e3 * part[1] for part in runner.window_parts(job)] for job in row["lc_ms"]}
+            print(format_row(name, row, spans, alone_p99, be_alone["be_per_s"]), flush=True)
             rows.append(dict(row, device_span_ms=spans))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(alone=alone, rows=rows), f)
+            json.dump(dict(alone=[lc_alone, be_alone], rows=rows), f)
     return 0
 
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -34,6 +34,9 @@ class Runner:
         self.lc_jobs, self.be_jobs, self.device = lc_jobs, be_jobs, device
         self.warmup_s, self.measure_s, self.controller_warmup_s = warmup_s, measure_s, controller_warmup_s
         self.stall_dump_ms = stall_dump_ms
+        # The last run's measured window (time.perf_counter seconds): LC jobs that arrived in it
+        # are the row's; a subclass that records more per job keeps the same ones.
+        self.window: Optional[Tuple[float, float]] = None
         # LC jobs running now, by thread: (job name, start); read by the stall watchdog.
         self._running: Dict[int, tuple] = {}
         self.cuda = device.type == "cuda"
@@ -216,6 +219,7 @@ class Runner:
             with GpuSampler(self.device) as gpu:
                 time.sleep(self.measure_s)
             t1 = time.perf_counter()
+            self.window = (t0, t1)
             control = sched.stats()["devices"][0]["control"] if sched is not None else None
             # How the scheduler measured each BE job's slices (where it sliced them): device
             # seconds per unit, and the host's seconds per slice (slices are kept twice as long).
