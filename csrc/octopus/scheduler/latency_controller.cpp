@@ -32,9 +32,10 @@ bool same_settings(const ControlStep& a, const ControlStep& b) {
 
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
                                         std::optional<bool> device_yield) {
-  // One partition step per reserve offered, fewest SMs kept free first. (The partitions keep
-  // whole groups of SMs free: on an H200 the 6-25% asked keep 12, 20, 28 and 36 of its 132 SMs.
-  // Matching each fraction to its nearest reserve instead dropped the 28 and took the 12 twice.)
+  // One partition step per reserve offered, fewest SMs kept free first. (The partitions take
+  // whole groups of SMs: on an H200 those asked to keep 6-25% of its 132 SMs free keep 12, 20,
+  // 28 and 36. Matching each fraction to its nearest reserve instead took the 12 twice and
+  // left the 28 unused.)
   std::vector<int> kept;
   for (const int r : reserves) {
     if (r > 0 && r < multiprocessors) kept.push_back(r);
