@@ -306,6 +306,15 @@ void bind_scheduler(py::module_& m) {
              return s.acquire(r, [&] { unlocked.emplace(); });
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
            py::arg("deadline"), py::arg("best_effort"))
+      // The common call, a kind and a priority and every other argument its default, with two
+      // arguments to convert rather than eight: it is on every latency-critical job's path.
+      .def("acquire_kind", [](sched::StreamScheduler& s, std::string kind, int priority) {
+             sched::AcquireRequest r;
+             r.kind = std::move(kind);
+             r.priority = priority;
+             std::optional<py::gil_scoped_release> unlocked;  // only where it may wait
+             return s.acquire(r, [&] { unlocked.emplace(); });
+           })
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                              int device, int64_t bytes, std::optional<double> deadline, bool best_effort) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,

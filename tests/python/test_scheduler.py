@@ -136,10 +136,13 @@ def test_a_kind_and_a_priority_alone_get_the_lease_the_full_call_gets():
         sched.acquire("k", priority="urgent")
 
 
-def test_the_gil_is_released_while_waiting():
-    sched = simulated(1)
+@pytest.mark.parametrize("common_call", [False, True], ids=["full_call", "common_call"])
+def test_the_gil_is_released_while_waiting(common_call):
+    # The common call (a kind and a priority) has a binding of its own; it waits as the full one.
+    sched = simulated(1, timeout=30.0)
     held = sched.acquire()
-    waiter = threading.Thread(target=lambda: sched.acquire(timeout=30.0).release())
+    waiter = threading.Thread(target=lambda: (sched.acquire("k") if common_call else
+                                              sched.acquire("k", timeout=30.0)).release())
     waiter.start()
     wait_until_waiting(sched, 1)
     # This thread runs Python while the other is blocked in acquire (were the GIL held, it would

@@ -301,7 +301,7 @@ class StreamScheduler:
                 and best_effort is False):
             # The common call (a kind and a priority) skips the other arguments' parsing: acquire +
             # release is on every latency-critical job's path, within a budget of a few microseconds.
-            lease = self._impl.acquire(kind, [], parse_priority(priority), None, -1, 0, None, False)
+            lease = self._impl.acquire_kind(kind, parse_priority(priority))
         else:
             lease = self._impl.acquire(kind, parse_shape(shape), parse_priority(priority), parse_timeout(timeout),
                                        self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort))
