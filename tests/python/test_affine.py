@@ -138,6 +138,28 @@ def test_dust_giant_and_heavy_tail_layouts(device, strategy):
         torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
+def test_launches_with_many_units_per_warp(device, strategy):
+    # 64-element units over 16M elements on CUDA: about 80 per warp of the persistent grid on 132
+    # SMs (more on smaller GPUs), each warp taking its units in turn, items cut across units and
+    # a few long ones among the short. A unit skipped or taken twice shows here.
+    g = torch.Generator().manual_seed(21)
+    n = 1_000_000 if device.type == "cpu" else 16_000_000
+    lengths = torch.randint(0, 400, (2 * n // 400,), generator=g)
+    lengths[torch.randint(0, len(lengths), (10,), generator=g)] = 200_000
+    lengths = lengths[:int((lengths.cumsum(0) <= n).sum())]
+    values = torch.randn(int(lengths.sum()), generator=g)
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    batch = octopus.RaggedBatch(values.to(device), offsets.to(device), lengths[:, None].to(device))
+    scale, bias = params(len(batch), None, device, torch.float32)
+    ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    ref = values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+    for block_elems in (64, 4096):
+        out = octopus.affine(batch, scale, bias, strategy=strategy, block_elems=block_elems)
+        torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
+
+
 def test_plain_tensor_api_and_defaults(device):
     batch = random_batch([(4,), (6,)], device)
     out = octopus.affine(batch.values, torch.tensor([2.0, 3.0], device=device), offsets=batch.offsets)
