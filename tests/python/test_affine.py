@@ -93,18 +93,24 @@ def test_one_item_and_one_huge_item(device, strategy):
     check(huge, *params(3, None, device, torch.float32), strategy)
 
 
-@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
-def test_many_tiny_items(device, strategy):
-    g = torch.Generator().manual_seed(9)
-    lengths = torch.randint(0, 12, (100_000,), generator=g)
+def one_d_batch_and_reference(lengths, g, device):
+    """A 1-D batch of random float32 items of these lengths, per-item parameters, and the
+    float64 reference of affine over it."""
     values = torch.randn(int(lengths.sum()), generator=g)
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
     offsets[1:] = lengths.cumsum(0)
     batch = octopus.RaggedBatch(values.to(device), offsets.to(device), lengths[:, None].to(device))
     scale, bias = params(len(batch), None, device, torch.float32)
-    out = octopus.affine(batch, scale, bias, strategy=strategy)
     ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-    ref = values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+    return batch, scale, bias, values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+
+
+@pytest.mark.parametrize("strategy", octopus.STRATEGIES)
+def test_many_tiny_items(device, strategy):
+    g = torch.Generator().manual_seed(9)
+    lengths = torch.randint(0, 12, (100_000,), generator=g)
+    batch, scale, bias, ref = one_d_batch_and_reference(lengths, g, device)
+    out = octopus.affine(batch, scale, bias, strategy=strategy)
     torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
 
 
@@ -125,14 +131,7 @@ def dust_giant_tail_lengths(seed, giant):
 @pytest.mark.parametrize("strategy", octopus.STRATEGIES)
 def test_dust_giant_and_heavy_tail_layouts(device, strategy):
     lengths = dust_giant_tail_lengths(11, 500_000 if device.type == "cpu" else 5_000_000)
-    g = torch.Generator().manual_seed(12)
-    values = torch.randn(int(lengths.sum()), generator=g)
-    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    offsets[1:] = lengths.cumsum(0)
-    batch = octopus.RaggedBatch(values.to(device), offsets.to(device), lengths[:, None].to(device))
-    scale, bias = params(len(batch), None, device, torch.float32)
-    ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-    ref = values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+    batch, scale, bias, ref = one_d_batch_and_reference(lengths, torch.Generator().manual_seed(12), device)
     for block_elems in (16, 256, 4096, 65536):
         out = octopus.affine(batch, scale, bias, strategy=strategy, block_elems=block_elems)
         torch.testing.assert_close(out.values.cpu().double(), ref, rtol=1e-6, atol=1e-6)
@@ -149,13 +148,7 @@ def test_launches_with_many_units_per_warp(device, strategy):
     lengths = torch.randint(0, 400, (2 * n // 400,), generator=g)
     lengths[torch.randint(0, len(lengths), (10,), generator=g)] = 200_000
     lengths = lengths[:int((lengths.cumsum(0) <= n).sum())]
-    values = torch.randn(int(lengths.sum()), generator=g)
-    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-    offsets[1:] = lengths.cumsum(0)
-    batch = octopus.RaggedBatch(values.to(device), offsets.to(device), lengths[:, None].to(device))
-    scale, bias = params(len(batch), None, device, torch.float32)
-    ids = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
-    ref = values.double() * scale.cpu().double()[ids] + bias.cpu().double()[ids]
+    batch, scale, bias, ref = one_d_batch_and_reference(lengths, g, device)
     for block_elems in (64, 4096):
         poison = torch.full_like(batch.values, float("nan"))
         del poison  # its block goes back to the caching allocator, for the output to take
