@@ -94,11 +94,14 @@ struct Device {
   // with BE work it takes alone * slowdown[step]. The latencies of the jobs run alone, as this thread sees them (a
   // busy host adds to them, for the scheduler too), go to alone_latencies_s.
   std::vector<double> alone_latencies_s;
-  void job(std::chrono::microseconds alone, const std::vector<double>& slowdown) {
+  // `checkpoint_is_quiet`: a job that starts while the holder is in a checkpoint runs alone.
+  // That holds after a probe, and it is racy: in some runs the holder was in a checkpoint
+  // when almost every job started. Tests whose steps never pause BE work leave it out.
+  void job(std::chrono::microseconds alone, const std::vector<double>& slowdown, bool checkpoint_is_quiet = true) {
     const auto start = Clock::now();
     Lease l = scheduler->acquire(lc());
     const ControlStats& c = control(*scheduler);
-    const bool quiet = !holding.load() || c.probing || in_checkpoint.load();
+    const bool quiet = !holding.load() || c.probing || (checkpoint_is_quiet && in_checkpoint.load());
     const double factor = quiet ? 1.0 : slowdown[static_cast<std::size_t>(std::min<int>(c.step, slowdown.size() - 1))];
     hold_for(std::chrono::microseconds(static_cast<int64_t>(alone.count() * factor)));
     l.release();
@@ -143,10 +146,10 @@ TEST(LatencyControl, AnAbsoluteTargetIsHeldAndSlicesFollowTheStep) {
   d.scheduler->set_target("lc", 2e-3, std::nullopt);
   const auto budget_at_start = d.scheduler->slice_budget_s(0);
   ASSERT_TRUE(budget_at_start.has_value());
-  // 2 ms target: steps 0-4 (best-effort work in whole units) give 4 ms.
+  // 2 ms target: steps 0-4 (best-effort work in whole units, never paused) give 4 ms.
   const std::vector<double> slowdown = {4.0, 4.0, 4.0, 4.0, 4.0, 1.0};
   for (int i = 0; i < 300; ++i) {
-    d.job(1000us, slowdown);
+    d.job(1000us, slowdown, /*checkpoint_is_quiet=*/false);
     std::this_thread::sleep_for(200us);
   }
   EXPECT_GE(control(*d.scheduler).step, 5);
