@@ -131,14 +131,27 @@ bool LatencyController::lower(const detail::SampleWindow::Excess& a, const detai
          b.mean - a.mean > options_.record_confidence * std::hypot(a.error, b.error);
 }
 
-bool LatencyController::above_no_better(const Kind& k, double target, double now_s) const {
-  const auto above = excess_at(k, step_ + 1, target, now_s);
-  if (!above) return false;  // no record above: it may help
+std::optional<int> LatencyController::step_that_may_help(const Kind& k, double target, double now_s) const {
   const auto here = excess_at(k, step_, target, now_s);
-  // Come down from a step over target to find out whether this one is as good: not before
-  // its record says.
-  if (!here) return trying_below_;
-  return !lower(*above, *here);
+  const auto misses = [&](int step) {  // the step's record has over 1% of its jobs over the target
+    const std::optional<double> p99 = k.at_steps[static_cast<std::size_t>(step)].recent.quantile(options_.attainment);
+    return p99 && *p99 > target;
+  };
+  for (int s = step_ + 1; s < static_cast<int>(ladder_.size()); ++s) {
+    const auto above = excess_at(k, s, target, now_s);
+    if (!above) return s;  // no record: it may help
+    // Come down from a step over target to find out whether this one is as good: not before
+    // its record says.
+    if (!here) return trying_below_ ? std::nullopt : std::optional<int>(s);
+    if (lower(*above, *here)) return s;
+    // On record as no better. Where this step's record meets the target, the spent budget was
+    // a passing burst: stay. Where it misses and that step's meets, that step may help; where
+    // both miss, a step past it may still help (steps alike in a row: partitions beside
+    // memory-bound BE work), so look further up.
+    if (!misses(step_)) return std::nullopt;
+    if (!misses(s)) return s;
+  }
+  return std::nullopt;
 }
 
 bool LatencyController::below_no_worse(double now_s) const {
@@ -219,11 +232,13 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     if (settle_left_ > 0) {
       settle_left_ -= 1;
     } else if (k.budget < 0.0) {
-      const bool undone = undo_change(name, now_s);
-      if (!undone && above_no_better(k, *target, now_s)) {
-        climb_unhelpful_ = true;  // stays: maybe_descend may find a lower step as good
-      } else if (!undone) {
-        climb(severe ? 2 : 1, now_s);
+      if (!undo_change(name, now_s)) {
+        const std::optional<int> to = step_that_may_help(k, *target, now_s);
+        if (to) {
+          climb(std::max(*to - step_, severe ? 2 : 1), now_s);
+        } else if (step_ < static_cast<int>(ladder_.size()) - 1) {
+          climb_unhelpful_ = true;  // stays: maybe_descend may find a lower step as good
+        }
       }
     } else if (median_over) {
       if (!undo_change(name, now_s) && climb(1, now_s)) median_climbs_ += 1;
@@ -482,7 +497,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
              static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
-           << (climb_unhelpful_ ? "helps (the step above did no better)" : "the scheduler can") << " ("
+           << (climb_unhelpful_ ? "helps (the steps above did no better)" : "the scheduler can") << " ("
            << k.over_at_top << " of the last " << k.at_top
            << " jobs over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";

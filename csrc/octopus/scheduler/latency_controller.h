@@ -46,8 +46,10 @@
 // try unjudged.
 //
 // A higher step is not taken to protect better: each kind's record at each step keeps a spent
-// budget from climbing where the step above did no better, and takes the controller down from
-// a step over target where the step below did no worse (ControllerOptions::record_jobs).
+// budget from climbing where the step above did no better (or, where the step's own record
+// misses the target, makes it climb past such steps to the first that may help), and takes the
+// controller down from a step over target where the step below did no worse
+// (ControllerOptions::record_jobs).
 //
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
 // passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
@@ -144,8 +146,10 @@ struct ControllerOptions {
   // kind's tail is its host's (a Python BE holder's slices take the GIL more often the shorter
   // they are), the top steps cost BE work everything and buy nothing. A step's record of a
   // kind is its jobs there (in the last step_memory_s, at least record_jobs of them). A spent
-  // budget does not climb where the step above is on
-  // record as no better for that kind; and a step where some kind is over its target or short
+  // budget does not climb where the step above is on record as no better for that kind, but
+  // where the step's own record misses the target (so the step above's does too) it climbs
+  // past such steps to the first that is not (several alike in a row may lie below one that
+  // helps); and a step where some kind is over its target or short
   // of budget steps down, after loosen_samples and loosen_s (as a step down with slack, its
   // waits doubling when undone), where for every kind the step below is on record as no
   // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
@@ -345,8 +349,11 @@ class LatencyController {
   std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
   // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
   bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
-  // Whether the step above is on record as no better for the kind than the current one.
-  bool above_no_better(const Kind& k, double target, double now_s) const;
+  // The lowest step above that is not on record as no better for the kind than the current
+  // one, looking past such steps only while this step's record misses the target (none: at
+  // the top, where every step above is no better, or where this step's record is not in yet
+  // after a step down).
+  std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
   // Whether every active kind's record at the step below is no worse than here, or missing.
   bool below_no_worse(double now_s) const;
   // Climbs up to `steps` steps; false where it was at the top already.
@@ -411,7 +418,7 @@ class LatencyController {
   std::vector<ControlStep> ladder_;
   std::map<std::string, Kind> kinds_;
   int step_ = 0;
-  bool climb_unhelpful_ = false;  // a spent budget did not climb: the step above is no better
+  bool climb_unhelpful_ = false;  // a spent budget did not climb: every step above is no better
   bool trying_below_ = false;     // came down from a step over target: climbs wait for this step's record
   double step_since_s_ = 0.0;
   std::size_t samples_at_step_ = 0;
