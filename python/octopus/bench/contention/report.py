@@ -123,6 +123,12 @@ def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     return path
 
 
+def _over(value: Optional[float], alone: float) -> str:
+    """A step's percentile over the alone one; "-" where the step has none (its jobs all ran
+    with the yield gate left open, or before the step's own work was on the device)."""
+    return "-" if value is None else f"{value / alone:.2f}"
+
+
 def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> str:
     """A second line: per LC kind, what each step the controller held (for min_jobs of its jobs
     or more) bought it over the run: its p50 / p99 there over its own alone p50 / p99 (the
@@ -134,7 +140,7 @@ def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> 
         alone_p50, alone_p99 = k.get("alone_p50_s"), k.get("alone_p99_s")
         if not alone_p50 or not alone_p99:
             continue
-        steps = [f"s{i} {at['p50_s'] / alone_p50:.2f}/{at['p99_s'] / alone_p99:.2f} ({at['jobs']})"
+        steps = [f"s{i} {_over(at['p50_s'], alone_p50)}/{_over(at['p99_s'], alone_p99)} ({at['jobs']})"
                  for i, at in enumerate(k.get("steps", [])) if at["jobs"] >= min_jobs]
         if steps:
             parts.append(f"{name} " + ", ".join(steps))
