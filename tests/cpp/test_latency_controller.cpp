@@ -189,7 +189,12 @@ TEST(LatencyController, AStepWhoseViolationsStayUnderOnePercentKeepsItsPlace) {
   // (With a step climbed at every two violations within ~100 jobs, it was at step 2 for 5% of
   // these jobs.)
   EXPECT_GT(std::count(steps.begin(), steps.end(), 2), 24000);
-  EXPECT_LE(changes(steps), 24);
+  // Where a pair of violations leaves step 2's record plainly over target, a spent budget
+  // climbs past the steps above on record as no better to one not on record (steps 5 to 8
+  // in turn, each left again within a second): a way through a plateau of steps alike. Once
+  // every step is on record that stops.
+  EXPECT_LE(changes(steps), 32);
+  EXPECT_LE(changes(std::vector<int>(steps.begin() + 15000, steps.end())), 6) << "it should settle, not oscillate";
   const KindControl k = c.kinds().front();
   EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.99);
 }

@@ -47,8 +47,8 @@
 //
 // A higher step is not taken to protect better: each kind's record at each step keeps a spent
 // budget from climbing where the step above did no better (or, where the step's own record
-// misses the target, makes it climb past such steps to the first that may help), and takes the
-// controller down from a step over target where the step below did no worse
+// plainly misses the target, makes it climb to the first step further up with no record), and
+// takes the controller down from a step over target where the step below did no worse
 // (ControllerOptions::record_jobs).
 //
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
@@ -147,11 +147,11 @@ struct ControllerOptions {
   // they are), the top steps cost BE work everything and buy nothing. A step's record of a
   // kind is its jobs there (in the last step_memory_s, at least record_jobs of them). A spent
   // budget does not climb where the step above is on record as no better for that kind, but
-  // where the step's own record misses the target (so the step above's does too) it climbs
-  // past such steps to the first that is not (several alike in a row may lie below one that
-  // helps); and a step where some kind is over its target or short
-  // of budget steps down, after loosen_samples and loosen_s (as a step down with slack, its
-  // waits doubling when undone), where for every kind the step below is on record as no
+  // where the step's own record plainly misses the target (so the step above's does too) it
+  // climbs to the first step further up with no record (several alike in a row may lie below
+  // one that helps; each is tried once a record lifetime); and a step where some kind is over
+  // its target or short of budget steps down, after loosen_samples and loosen_s (as a step
+  // down with slack, its waits doubling when undone), where for every kind the step below is on record as no
   // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
   // the target (mean of max(0, latency / target - 1): the share over it and how far). A step's
   // record is lower than another's only by record_margin and by more than record_confidence
@@ -349,10 +349,10 @@ class LatencyController {
   std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
   // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
   bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
-  // The lowest step above that is not on record as no better for the kind than the current
-  // one, looking past such steps only while this step's record misses the target (none: at
-  // the top, where every step above is no better, or where this step's record is not in yet
-  // after a step down).
+  // The step a spent budget climbs to: the one above, unless it is on record as no better for
+  // the kind; then, where this step's record plainly misses the target, the first step further
+  // up with no record (none: at the top, where there is no such step, or where this step's
+  // record is not in yet after a step down).
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
   // Whether every active kind's record at the step below is no worse than here, or missing.
   bool below_no_worse(double now_s) const;
