@@ -63,6 +63,13 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
   return r;
 }
 
+// Acquires a lease with the GIL held until the scheduler is about to wait (its fast path
+// never releases it: a release and retake would cost more than the grant).
+sched::Lease acquire_releasing_the_gil_to_wait(sched::StreamScheduler& s, const sched::AcquireRequest& r) {
+  std::optional<py::gil_scoped_release> unlocked;
+  return s.acquire(r, [&] { unlocked.emplace(); });
+}
+
 py::object optional_number(const std::optional<double>& value) { return value ? py::cast(*value) : py::none(); }
 
 // A control step's knobs, into `out`.
@@ -300,10 +307,8 @@ void bind_scheduler(py::module_& m) {
       .def("acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                          std::optional<double> timeout, int device, int64_t bytes, std::optional<double> deadline,
                          bool best_effort) {
-             const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes,
-                                                          deadline, best_effort);
-             std::optional<py::gil_scoped_release> unlocked;  // only where it may wait
-             return s.acquire(r, [&] { unlocked.emplace(); });
+             return acquire_releasing_the_gil_to_wait(
+                 s, make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes, deadline, best_effort));
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
            py::arg("deadline"), py::arg("best_effort"))
       // The common call, a kind and a priority and every other argument its default, with two
@@ -312,9 +317,8 @@ void bind_scheduler(py::module_& m) {
              sched::AcquireRequest r;
              r.kind = std::move(kind);
              r.priority = priority;
-             std::optional<py::gil_scoped_release> unlocked;  // only where it may wait
-             return s.acquire(r, [&] { unlocked.emplace(); });
-           })
+             return acquire_releasing_the_gil_to_wait(s, r);
+           }, py::arg("kind"), py::arg("priority"))
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                              int device, int64_t bytes, std::optional<double> deadline, bool best_effort) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,
