@@ -141,8 +141,8 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   // its record says.
   if (!here) return trying_below_ ? std::nullopt : std::optional<int>(above);
   if (lower(*record_above, *here)) return above;
-  // The step above is on record as no better. Where this step's record meets the target, the
-  // spent budget was a passing burst: stay. Where it plainly misses (twice the share over the
+  // The step above is on record as no better. Where this step's record does not plainly miss
+  // the target, the spent budget was a passing burst: stay. Where it plainly misses (twice the share over the
   // target that the target allows: a record of 128 jobs at a p99 target's edge has one or two
   // over it by chance), so does the step above; a step further up that is not on record may
   // still help (steps alike in a row: partitions beside memory-bound BE work). Where a step
@@ -503,7 +503,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
              static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
-           << (climb_unhelpful_ ? "helps (the steps above did no better)" : "the scheduler can") << " ("
+           << (climb_unhelpful_ ? "helps (the step above did no better)" : "the scheduler can") << " ("
            << k.over_at_top << " of the last " << k.at_top
            << " jobs over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";

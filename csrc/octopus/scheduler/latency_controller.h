@@ -148,8 +148,9 @@ struct ControllerOptions {
   // kind is its jobs there (in the last step_memory_s, at least record_jobs of them). A spent
   // budget does not climb where the step above is on record as no better for that kind, but
   // where the step's own record plainly misses the target (so the step above's does too) it
-  // climbs to the first step further up with no record (several alike in a row may lie below
-  // one that helps; each is tried once a record lifetime); and a step where some kind is over
+  // climbs to the first step further up with no record, unless one on record as lower comes
+  // first (several alike in a row may lie below one that helps; each is tried once a record
+  // lifetime); and a step where some kind is over
   // its target or short of budget steps down, after loosen_samples and loosen_s (as a step
   // down with slack, its waits doubling when undone), where for every kind the step below is on record as no
   // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
@@ -349,10 +350,12 @@ class LatencyController {
   std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
   // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
   bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
-  // The step a spent budget climbs to: the one above, unless it is on record as no better for
-  // the kind; then, where this step's record plainly misses the target, the first step further
-  // up with no record (none: at the top, where there is no such step, or where this step's
-  // record is not in yet after a step down).
+  // Where a spent budget climbs (at least; a severe job climbs two steps, an undone step down
+  // one): the step above, unless it is on record as no better for the kind; then, where this
+  // step's record plainly misses the target, the first step further up with no record. None:
+  // at the top; where this step's record does not plainly miss; where a step further up is on
+  // record as lower before one with no record is found (of several records compared, one is
+  // lower by chance); where this step's record is not in yet after a step down.
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
   // Whether every active kind's record at the step below is no worse than here, or missing.
   bool below_no_worse(double now_s) const;
@@ -418,7 +421,7 @@ class LatencyController {
   std::vector<ControlStep> ladder_;
   std::map<std::string, Kind> kinds_;
   int step_ = 0;
-  bool climb_unhelpful_ = false;  // a spent budget did not climb: every step above is no better
+  bool climb_unhelpful_ = false;  // a spent budget did not climb: the step above is no better
   bool trying_below_ = false;     // came down from a step over target: climbs wait for this step's record
   double step_since_s_ = 0.0;
   std::size_t samples_at_step_ = 0;
