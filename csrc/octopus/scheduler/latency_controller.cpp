@@ -142,13 +142,13 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   if (!here) return trying_below_ ? std::nullopt : std::optional<int>(above);
   if (lower(*record_above, *here)) return above;
   // The step above is on record as no better. Where this step's record does not plainly miss
-  // the target, the spent budget was a passing burst: stay. Where it plainly misses (twice the share over the
-  // target that the target allows: a record of 128 jobs at a p99 target's edge has one or two
-  // over it by chance), so does the step above; a step further up that is not on record may
-  // still help (steps alike in a row: partitions beside memory-bound BE work). Where a step
-  // further up is on record as lower than this one first, it stays: of several records
-  // compared, one is lower by chance (on the controller tests' scripted device, with 1.5% of
-  // jobs late at every step, climbing to such steps kept it higher up for longer).
+  // the target, the spent budget was a passing burst: stay. Where it plainly misses (twice the
+  // share over the target that the target allows: a record of 128 jobs at a p99 target's edge
+  // has one or two over it by chance), so does the step above; a step further up that is not
+  // on record may still help (steps alike in a row: partitions beside memory-bound BE work).
+  // Where a step further up is on record as lower than this one first, it stays: of several
+  // records compared, one is lower by chance (on the controller tests' scripted device, with
+  // 1.5% of jobs late at every step, climbing to such steps kept it higher up for longer).
   const double share = 2.0 * (1.0 - options_.attainment);
   const std::optional<double> edge = k.at_steps[static_cast<std::size_t>(step_)].recent.quantile(1.0 - share);
   if (!edge || *edge <= target) return std::nullopt;

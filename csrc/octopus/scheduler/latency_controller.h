@@ -150,10 +150,10 @@ struct ControllerOptions {
   // where the step's own record plainly misses the target (so the step above's does too) it
   // climbs to the first step further up with no record, unless one on record as lower comes
   // first (several alike in a row may lie below one that helps; each is tried once a record
-  // lifetime); and a step where some kind is over
-  // its target or short of budget steps down, after loosen_samples and loosen_s (as a step
-  // down with slack, its waits doubling when undone), where for every kind the step below is on record as no
-  // worse, or has no record (it is tried). A record's measure is its jobs' mean excess over
+  // lifetime); and a step where some kind is over its target or short of budget steps down,
+  // after loosen_samples and loosen_s (as a step down with slack, its waits doubling when
+  // undone), where for every kind the step below is on record as no worse, or has no record
+  // (it is tried). A record's measure is its jobs' mean excess over
   // the target (mean of max(0, latency / target - 1): the share over it and how far). A step's
   // record is lower than another's only by record_margin and by more than record_confidence
   // standard errors of the difference: a p99 target's record differs from step to step by a
