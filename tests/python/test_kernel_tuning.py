@@ -23,8 +23,9 @@ def test_the_host_launches_with_the_values_the_device_code_was_compiled_with():
     major, minor = torch.cuda.get_device_capability()
     assert 750 <= tuning["arch"] <= 100 * major + 10 * minor  # the device runs code of its own or an older arch
     values = tuning["launch"]
-    assert len(values) == 39 and all(isinstance(v, int) and v > 0 for v in values.values())
+    assert len(values) == 40 and all(isinstance(v, int) and v > 0 for v in values.values())
     assert values["driver.plan_min_blocks_per_sm"] <= values["driver.min_blocks_per_sm"]
+    assert values["driver.grid_waves"] >= 1
     assert {name.split(".")[0] for name in values} == {
         "driver", "plan", "item_param", "padding", "stencil", "crop_resize", "sampler_step", "item_stats",
         "tile_stats"}, "every family registers its policy once"

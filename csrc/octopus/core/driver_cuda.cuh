@@ -1,6 +1,6 @@
-// The generic CUDA driver: one persistent launch runs an element-wise ragged functor over
-// a whole batch. Work is cut into units (plan blocks, or fixed tiles of the packed
-// buffer); each warp takes units in turn and asks the locator which item(s) a unit holds.
+// The generic CUDA driver: one launch runs an element-wise ragged functor over a whole
+// batch. Work is cut into units (plan blocks, or fixed tiles of the packed buffer); each
+// warp takes units in turn and asks the locator which item(s) a unit holds.
 // The locator is a template parameter, so every strategy runs the same functor code.
 //
 // Functor interface (see ops/item_param_op.h): kVec, InVec, item(i) -> Item, load(g) -> InVec,
@@ -505,25 +505,29 @@ int max_blocks_per_sm() {
   });
 }
 
-// Launches a persistent grid: as many blocks as fit on the device at once, or fewer
-// when there are fewer units (`max_units` is an upper bound known on the host).
+// Launches a block per warps' worth of units, at most DriverTuning::grid_waves times as many
+// blocks as fit on the device at once (`max_units` is an upper bound known on the host): the
+// hardware hands a block to whichever SM frees one first. A yielding launch is a persistent
+// grid (one wave), whose warps claim units.
 template <class Loc, class Op>
 void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
   if (max_units <= 0) return;
   const int64_t resident = int64_t{multiprocessor_count()} * max_blocks_per_sm<Loc, Op>();
   const int64_t warps = launch_warps_per_block();
-  const int64_t blocks = std::min(resident, (max_units + warps - 1) / warps);
+  const int64_t needed = std::min<int64_t>((max_units + warps - 1) / warps, INT_MAX);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if constexpr (kMayYield<Loc, Op>) {
-    const int64_t rounds = max_units / (blocks * warps);
+    const int64_t persistent = std::min(resident, needed);
+    const int64_t rounds = max_units / (persistent * warps);
     if (rounds >= kYieldMinRounds) {
       if (const auto gate = yielding_gate(stream)) {
         gate->launches.fetch_add(1, std::memory_order_relaxed);
-        return launch_yielding(loc, op, blocks, rounds, gate->gate, gate->max_wait_s.load(std::memory_order_relaxed),
-                               stream);
+        return launch_yielding(loc, op, persistent, rounds, gate->gate,
+                               gate->max_wait_s.load(std::memory_order_relaxed), stream);
       }
     }
   }
+  const int64_t blocks = std::min(resident * launch_policy<DriverTuning>().grid_waves, needed);
   if constexpr (WaitsForPrimary<Op>::value) {
     if (launch_arch() >= 900) {
       cudaLaunchAttribute overlap{};

@@ -59,19 +59,29 @@ struct DriverTuning {
   // ... and with the plan's locator, whose runs of small items need more registers (at 4
   // blocks, 64 registers, the kernels spilled and per-item blocks ran at half speed).
   int plan_min_blocks_per_sm;
+  // Blocks a launch has at most, in waves of what fits on the device at once. One wave (a
+  // persistent grid, each warp taking every n-th unit) left SMs idle at the end, those that
+  // reached memory faster waiting for the rest; a block per unit's worth of warps launched,
+  // for a plan, the blocks of its unit bound (N / block_elems + M, several times its units on
+  // skewed batches), empty blocks at the end. Of 1, 4, 8, 16, 32 waves and no cap, 16 was
+  // the best single value over octopus-bench's seven distributions on an H200.
+  int grid_waves;
 
   static constexpr const char* kFamily = "driver";
-  // Hopper (sm_90), measured on an H100 (the plan's value on an H200); every architecture
-  // until it is measured.
-  static constexpr DriverTuning for_arch(int /*arch*/) { return DriverTuning{256, 4, 4, 3}; }
+  // Hopper (sm_90), measured on an H100 (the plan's value and the waves on an H200); every
+  // architecture until it is measured.
+  static constexpr DriverTuning for_arch(int /*arch*/) { return DriverTuning{256, 4, 4, 3, 16}; }
   template <class Fn>
   void for_each(Fn&& fn) const {
     fn("threads", threads);
     fn("min_blocks_per_sm", min_blocks_per_sm);
     fn("max_unroll_per_element", max_unroll_per_element);
     fn("plan_min_blocks_per_sm", plan_min_blocks_per_sm);
+    fn("grid_waves", grid_waves);
   }
-  constexpr bool valid() const { return threads % 32 == 0 && threads <= 1024 && max_unroll_per_element >= 1; }
+  constexpr bool valid() const {
+    return threads % 32 == 0 && threads <= 1024 && max_unroll_per_element >= 1 && grid_waves >= 1;
+  }
 };
 static_assert(DriverTuning::for_arch(900).valid());
 
