@@ -24,7 +24,7 @@ def plan(batch: Union[RaggedLike, torch.Tensor], block_elems: Optional[int] = No
     for ``j < count`` is ``(begin, item << 32 | run << 31 | length)``: block j covers packed
     elements ``[begin, begin + length)`` of ``item``, or, where ``run`` is set, of the
     consecutive small items from ``item`` on (at most 32 items of at most
-    ``min(block_elems // 32, 256)`` elements each, within one window of 32 item indices).
+    ``min(block_elems // 8, 256)`` elements each, within one window of 32 item indices).
     :func:`plan_blocks` decodes it.
     """
     if not isinstance(batch, torch.Tensor) or batch.is_nested:

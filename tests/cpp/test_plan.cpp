@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -41,7 +42,7 @@ int64_t reference_count(const std::vector<int64_t>& offsets, int64_t block_elems
 }
 
 // Every element covered exactly once, no block of one item crosses it, a run holds whole
-// small items of one window, no block exceeds the block size, blocks in order, header
+// small items of one window (at most 4 blocks' worth), no other block exceeds the block size, blocks in order, header
 // right, unused rows zeroed.
 void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems) {
   const Built b = build(offsets, block_elems);
@@ -59,7 +60,7 @@ void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems)
     const int64_t len = octopus::block_length(packed);
     ASSERT_EQ(begin, next) << "block " << j;
     ASSERT_GT(len, 0);
-    ASSERT_LE(len, block_elems);
+    ASSERT_LE(len, octopus::block_is_run(packed) ? std::min<int64_t>(4 * block_elems, 8192) : block_elems);
     ASSERT_GE(item, 0);
     ASSERT_LT(item, m);
     ASSERT_EQ(octopus::block_is_run(packed), offsets[item + 1] - offsets[item] <= octopus::run_item_elems(block_elems))
@@ -114,11 +115,11 @@ TEST(Plan, OneItemSplitIntoBlocks) {
 }
 
 TEST(Plan, SmallItemsFormRunsPerWindowOf32) {
-  // 40 items of 10 elements, then one of 100, with blocks of 1024 (small: at most 32): items
-  // 0-31 are one run, 32-39 another, item 40 a block of its own.
+  // 40 items of 10 elements, then one of 200, with blocks of 1024 (small: at most 4 * 1024 /
+  // 32 = 128): items 0-31 are one run, 32-39 another, item 40 a block of its own.
   std::vector<int64_t> offsets{0};
   for (int i = 0; i < 40; ++i) offsets.push_back(offsets.back() + 10);
-  offsets.push_back(offsets.back() + 100);
+  offsets.push_back(offsets.back() + 200);
   const Built b = build(offsets, 1024);
   ASSERT_EQ(b.count, 3);
   EXPECT_EQ(b.plan[2], 0);
@@ -126,10 +127,22 @@ TEST(Plan, SmallItemsFormRunsPerWindowOf32) {
   EXPECT_EQ(b.plan[4], 320);
   EXPECT_EQ(b.plan[5], octopus::pack_run(32, 80));
   EXPECT_EQ(b.plan[6], 400);
-  EXPECT_EQ(b.plan[7], octopus::pack_block(40, 100));
+  EXPECT_EQ(b.plan[7], octopus::pack_block(40, 200));
   expect_valid_plan(offsets, 1024);
-  // Blocks too small for a run of one-element items (block_elems / 32 = 0): none.
-  EXPECT_EQ(build({0, 1, 2, 3}, 16).count, 3);
+  // Items of 128 elements are small at 1024, one more is not.
+  EXPECT_EQ(build({0, 128, 256}, 1024).count, 1);
+  EXPECT_EQ(build({0, 129, 258}, 1024).count, 2);
+  // 16-element blocks take items of at most 2 elements into runs; 4-element blocks none.
+  EXPECT_EQ(build({0, 1, 2, 3}, 16).count, 1);
+  EXPECT_EQ(build({0, 3, 6, 9}, 16).count, 3);
+  EXPECT_EQ(build({0, 1, 2, 3}, 4).count, 3);
+  // A run holds at most 4 blocks' worth: 32 items of 256 elements with 2048-element blocks.
+  std::vector<int64_t> full{0};
+  for (int i = 0; i < 32; ++i) full.push_back(full.back() + 256);
+  const Built r = build(full, 2048);
+  ASSERT_EQ(r.count, 1);
+  EXPECT_EQ(r.plan[3], octopus::pack_run(0, 8192));
+  expect_valid_plan(full, 2048);
 }
 
 TEST(Plan, RandomBatches) {

@@ -40,11 +40,11 @@ def random_batch(sizes, device, dtype=torch.float32, channels=None, seed=0, item
 
 def reference_plan_rows(offsets, block_elems):
     """The rows of a batch's block plan as plan.h defines them, built item by item in Python:
-    ``(begin, item, length, run)`` per block. Small items (at most min(block_elems // 32, 256)
+    ``(begin, item, length, run)`` per block. Small items (at most min(block_elems // 8, 256)
     elements, empty ones included) that share a window of 32 item indices form runs; every
     other item is cut at the multiples of block_elems."""
     off = [int(x) for x in offsets]
-    small_max = min(block_elems // 32, 256)
+    small_max = min(block_elems // 8, 256)
     small = [off[i + 1] - off[i] <= small_max for i in range(len(off) - 1)]
     rows, i = [], 0
     while i < len(small):

@@ -72,6 +72,24 @@ def test_pick_minimizes_the_worst_ratio_and_keeps_plan_within_its_margin():
         tuning.pick({"a": {"plan:4096": 1.0}, "b": {"lookup:2048": 1.0}})
 
 
+def test_pick_keeps_plans_default_block_size_within_the_margin():
+    default = f"plan:{octopus.DEFAULT_BLOCK_ELEMS}"
+    other = f"plan:{4 * octopus.DEFAULT_BLOCK_ELEMS}"
+    # The larger block is a little faster on the worst probe: a tie, the default is kept.
+    probe_ms = {"a": {default: 1.0, other: 1.0, "block_search:2048": 1.5},
+                "b": {default: 1.0 + tuning.PLAN_MARGIN - 0.005, other: 1.0, "block_search:2048": 1.6}}
+    assert tuning.pick(probe_ms) == ("plan", octopus.DEFAULT_BLOCK_ELEMS)
+    # Past the margin, plan's best block size.
+    probe_ms["b"][default] = 1.0 + tuning.PLAN_MARGIN + 0.01
+    assert tuning.pick(probe_ms) == ("plan", 4 * octopus.DEFAULT_BLOCK_ELEMS)
+    # The default within the margin of plan's best but not of the winner: plan's best, if it is.
+    probe_ms = {"a": {default: 1.05, other: 1.02, "block_search:2048": 1.0}}
+    assert tuning.pick(probe_ms) == ("plan", 4 * octopus.DEFAULT_BLOCK_ELEMS)
+    # Neither within the margin of the winner: the winner.
+    probe_ms["a"][other] = 1.04
+    assert tuning.pick(probe_ms) == ("block_search", 2048)
+
+
 def test_each_batch_gets_its_layout_class_choice(cache_dir):
     small = random_batch([(5, 7), (0, 3), (40, 2)], "cpu")  # 55 elements in 3 items
     large = random_batch([(3000, 1), (5000, 1)], "cpu")
