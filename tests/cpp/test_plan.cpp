@@ -42,8 +42,8 @@ int64_t reference_count(const std::vector<int64_t>& offsets, int64_t block_elems
 }
 
 // Every element covered exactly once, no block of one item crosses it, a run holds whole
-// small items of one window (at most 4 blocks' worth), no other block exceeds the block size, blocks in order, header
-// right, unused rows zeroed.
+// small items of one window (at most 4 blocks' worth), no other block exceeds the block size,
+// blocks in order, header right, unused rows zeroed.
 void expect_valid_plan(const std::vector<int64_t>& offsets, int64_t block_elems) {
   const Built b = build(offsets, block_elems);
   const int64_t m = static_cast<int64_t>(offsets.size()) - 1;
@@ -129,9 +129,11 @@ TEST(Plan, SmallItemsFormRunsPerWindowOf32) {
   EXPECT_EQ(b.plan[6], 400);
   EXPECT_EQ(b.plan[7], octopus::pack_block(40, 200));
   expect_valid_plan(offsets, 1024);
-  // Items of 128 elements are small at 1024, one more is not.
+  // Items of 128 elements are small at 1024, one more is not; 256 at most from 2048 on.
   EXPECT_EQ(build({0, 128, 256}, 1024).count, 1);
   EXPECT_EQ(build({0, 129, 258}, 1024).count, 2);
+  EXPECT_EQ(build({0, 256, 512}, 4096).count, 1);
+  EXPECT_EQ(build({0, 257, 514}, 4096).count, 2);
   // 16-element blocks take items of at most 2 elements into runs; 4-element blocks none.
   EXPECT_EQ(build({0, 1, 2, 3}, 16).count, 1);
   EXPECT_EQ(build({0, 3, 6, 9}, 16).count, 3);

@@ -141,8 +141,9 @@ def test_dust_giant_and_heavy_tail_layouts(device, strategy):
 def test_launches_with_many_units_per_warp(device, strategy):
     # 64-element units over 16M elements on CUDA: more units than the launch has warps (about 5
     # per warp on 132 SMs, more on smaller GPUs), each warp taking its units in turn, items cut
-    # across units and a few long ones among the short. A skipped unit shows here: the block the output gets
-    # from the caching allocator held NaNs just before (not the previous call's right answer).
+    # across units and a few long ones among the short. A skipped unit shows here: the block
+    # the output gets from the caching allocator held NaNs just before (not the previous
+    # call's right answer).
     g = torch.Generator().manual_seed(21)
     n = 1_000_000 if device.type == "cpu" else 16_000_000
     lengths = torch.randint(0, 400, (2 * n // 400,), generator=g)

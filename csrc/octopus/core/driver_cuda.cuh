@@ -505,8 +505,8 @@ int max_blocks_per_sm() {
   });
 }
 
-// Launches a block per warps' worth of units, at most DriverTuning::grid_waves times as many
-// blocks as fit on the device at once (`max_units` is an upper bound known on the host): the
+// Launches a block per threads / 32 units (a unit per warp), at most DriverTuning::grid_waves
+// times as many blocks as fit on the device at once (`max_units` is an upper bound known on the host): the
 // hardware hands a block to whichever SM frees one first. A yielding launch is a persistent
 // grid (one wave), whose warps claim units.
 template <class Loc, class Op>

@@ -11,11 +11,10 @@
 // kRunItems item indices form one run block (at most kRunItems items, at most
 // kRunItems * run_item_elems(block_elems) elements), whose warp finds each element's item
 // among the run's offsets. Other blocks never cross items and hold at most block_elems
-// elements. Blocks cover every element once
-// and are ordered by begin; empty items (and runs of nothing but them) get no block. Inside
-// an item, blocks are cut at the multiples of block_elems of the packed buffer, so every
-// block but an item's first starts on a block_elems boundary: memory accesses stay aligned
-// whatever the offsets.
+// elements. Blocks cover every element once and are ordered by begin; empty items (and runs
+// of nothing but them) get no block. Inside an item, blocks are cut at the multiples of
+// block_elems of the packed buffer, so every block but an item's first starts on a
+// block_elems boundary: memory accesses stay aligned whatever the offsets.
 // The row count is an upper bound known on the host (capacity), so a plan can be built on
 // the device with no synchronization: the true count lives in row 0 and the kernels read it.
 #pragma once
@@ -45,8 +44,8 @@ OCTOPUS_HD int64_t plan_rows(int64_t num_values, int64_t num_items, int64_t bloc
 }
 
 // Runs of small items: at most kRunItems items (one per lane of the warp that runs them),
-// each of at most run_item_elems(block_elems) elements, so a run holds at most 4 *
-// block_elems, and never more than 8192 elements. Items of up to 256 elements go into runs
+// each of at most run_item_elems(block_elems) elements, so a run holds at most kRunBlocks
+// blocks' worth, and never more than 8192 elements. Items of up to 256 elements go into runs
 // from 2048-element blocks on: with block_elems / 32 (64 at 2048, 128 at 4096) the block
 // sizes that balance skewed batches best left items of 65-256 elements a warp each, about
 // 1.2x slower than 8192-element blocks on a batch of 16-256-element items (H200). Larger

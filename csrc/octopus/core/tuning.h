@@ -61,10 +61,11 @@ struct DriverTuning {
   int plan_min_blocks_per_sm;
   // Blocks a launch has at most, in waves of what fits on the device at once. One wave (a
   // persistent grid, each warp taking every n-th unit) left SMs idle at the end, those that
-  // reached memory faster waiting for the rest; a block per unit's worth of warps launched,
-  // for a plan, the blocks of its unit bound (N / block_elems + M, several times its units on
-  // skewed batches), empty blocks at the end. Of 1, 4, 8, 16, 32 waves and no cap, 16 was
-  // the best single value over octopus-bench's seven distributions on an H200.
+  // reached memory faster waiting for the rest. With no cap (a warp per unit of the host's
+  // bound), a plan's launch had the blocks of its whole bound (N / block_elems + M, several
+  // times its units on skewed batches), those past its count empty, at the end. Of 1, 4, 8,
+  // 16, 32 waves and no cap, 16 was the best single value over octopus-bench's seven
+  // distributions on an H200.
   int grid_waves;
 
   static constexpr const char* kFamily = "driver";
