@@ -506,9 +506,9 @@ int max_blocks_per_sm() {
 }
 
 // Launches a block per threads / 32 units (a unit per warp), at most DriverTuning::grid_waves
-// times as many blocks as fit on the device at once (`max_units` is an upper bound known on the host): the
-// hardware hands a block to whichever SM frees one first. A yielding launch is a persistent
-// grid (one wave), whose warps claim units.
+// times as many blocks as fit on the device at once (`max_units` is an upper bound known on
+// the host): the hardware hands a block to whichever SM frees one first. A yielding launch is
+// a persistent grid (one wave), whose warps claim units.
 template <class Loc, class Op>
 void launch_ragged(const Loc& loc, const Op& op, int64_t max_units) {
   if (max_units <= 0) return;
