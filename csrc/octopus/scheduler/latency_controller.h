@@ -153,12 +153,12 @@ struct ControllerOptions {
   // lifetime); and a step where some kind is over its target or short of budget steps down,
   // after loosen_samples and loosen_s (as a step down with slack, its waits doubling when
   // undone), where for every kind the step below is on record as no worse, or has no record
-  // (it is tried). A record's measure is its jobs' mean excess over
-  // the target (mean of max(0, latency / target - 1): the share over it and how far). A step's
-  // record is lower than another's only by record_margin and by more than record_confidence
-  // standard errors of the difference: a p99 target's record differs from step to step by a
-  // few late jobs, which a host's noise alone makes; steps not lower by more than that count
-  // as equal, and the lower one is kept.
+  // (it is tried). A record's measure is its jobs' mean excess over the target (mean of
+  // max(0, latency / target - 1): the share over it and how far). A step's record is lower
+  // than another's only by record_margin and by more than record_confidence standard errors
+  // of the difference: a p99 target's record differs from step to step by a few late jobs,
+  // which a host's noise alone makes; steps not lower by more than that count as equal, and
+  // the lower one is kept.
   std::size_t record_jobs = 64;
   double record_margin = 0.9;
   double record_confidence = 2.0;
