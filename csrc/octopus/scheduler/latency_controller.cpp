@@ -149,15 +149,29 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   // Where a step further up is on record as lower than this one first, it stays: of several
   // records compared, one is lower by chance (on the controller tests' scripted device, with
   // 1.5% of jobs late at every step, climbing to such steps kept it higher up for longer).
-  const double share = 2.0 * (1.0 - options_.attainment);
-  const std::optional<double> edge = k.at_steps[static_cast<std::size_t>(step_)].recent.quantile(1.0 - share);
-  if (!edge || *edge <= target) return std::nullopt;
+  if (!plainly_misses(k, step_, target)) return std::nullopt;
   for (int s = above + 1; s < static_cast<int>(ladder_.size()); ++s) {
     const auto record = excess_at(k, s, target, now_s);
     if (!record) return s;
     if (lower(*record, *here)) return std::nullopt;
   }
   return std::nullopt;
+}
+
+bool LatencyController::plainly_misses(const Kind& k, int step, double target) const {
+  const double share = 2.0 * (1.0 - options_.attainment);
+  const std::optional<double> edge = k.at_steps[static_cast<std::size_t>(step)].recent.quantile(1.0 - share);
+  return edge && *edge > target;
+}
+
+bool LatencyController::no_step_above_helps(const Kind& k, double target, double now_s) const {
+  const auto here = excess_at(k, step_, target, now_s);
+  if (!here || !plainly_misses(k, step_, target)) return false;
+  for (int s = step_ + 1; s < static_cast<int>(ladder_.size()); ++s) {
+    const auto record = excess_at(k, s, target, now_s);
+    if (!record || lower(*record, *here) || !plainly_misses(k, s, target)) return false;
+  }
+  return true;
 }
 
 bool LatencyController::below_no_worse(double now_s) const {
@@ -223,7 +237,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool severe = over && latency_s > options_.severe_ratio * *target;
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
                                                               : 1.0 - options_.attainment));
-    if (step_ == static_cast<int>(ladder_.size()) - 1 || climb_unhelpful_) {
+    if (step_ == static_cast<int>(ladder_.size()) - 1 || (climb_unhelpful_ && no_step_above_helps(k, *target, now_s))) {
       k.at_top += 1;
       if (over) k.over_at_top += 1;
     }
@@ -503,7 +517,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
              static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
-           << (climb_unhelpful_ ? "helps (the step above did no better)" : "the scheduler can") << " ("
+           << (climb_unhelpful_ ? "helps (no step above did better)" : "the scheduler can") << " ("
            << k.over_at_top << " of the last " << k.at_top
            << " jobs over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";

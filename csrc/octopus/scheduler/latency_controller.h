@@ -310,7 +310,7 @@ class LatencyController {
     std::size_t judged = 0;
     std::size_t within = 0;
     double last_s = -1e300;
-    std::size_t at_top = 0;      // samples at the top step, or where no climb helps
+    std::size_t at_top = 0;      // samples at the top step, or where no step above helps
     std::size_t over_at_top = 0; // of them over target
     bool infeasible = false;
     std::string reason;
@@ -357,6 +357,14 @@ class LatencyController {
   // record as lower before one with no record is found (of several records compared, one is
   // lower by chance); where this step's record is not in yet after a step down.
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
+  // Whether the kind's record at `step` plainly misses `target`: twice the share over it that
+  // the target allows (a record of 128 jobs at a p99 target's edge has one or two over it by
+  // chance).
+  bool plainly_misses(const Kind& k, int step, double target) const;
+  // Whether holding BE work back further is on record as no help to the kind: this step's
+  // record plainly misses its target, and so does every step above, none on record as lower
+  // (a step with no record may help).
+  bool no_step_above_helps(const Kind& k, double target, double now_s) const;
   // Whether every active kind's record at the step below is no worse than here, or missing.
   bool below_no_worse(double now_s) const;
   // Climbs up to `steps` steps; false where it was at the top already.
