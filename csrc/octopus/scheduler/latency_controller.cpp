@@ -517,9 +517,8 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
              static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
-           << (climb_unhelpful_ ? "helps (no step above did better)" : "the scheduler can") << " ("
-           << k.over_at_top << " of the last " << k.at_top
-           << " jobs over it";
+           << (climb_unhelpful_ ? "helps (every step above missed it too)" : "the scheduler can") << " ("
+           << k.over_at_top << " of the " << k.at_top << " jobs held back so over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";
     reason << ")";
   } else {
