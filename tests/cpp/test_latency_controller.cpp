@@ -573,6 +573,24 @@ TEST(LatencyController, ClimbsPastAPlateauOnlyOnceWhereNoStepHelps) {
   }
 }
 
+TEST(LatencyController, ATargetMetBelowTheTopIsNotReportedInfeasibleWhereTheTopMissesIt) {
+  // Steps 1-5 give 1.1 ms, within the ~1.575 ms target; the top step gives 2 ms (an LC kind
+  // whose host the top step's paused BE holders slow down). Bursts of severe jobs now and
+  // then take the controller to the top, where every job misses, and it comes down again.
+  // The target is met, at steps 1-5: it is not infeasible. (Counting the jobs at the top step
+  // alone reported it, as on the H200 for a kind within its target for 99.5% of a run.)
+  ScriptedDevice device{{3.0, 1.1, 1.1, 1.1, 1.1, 1.1, 2.0}};
+  LatencyController c(ControllerOptions{}, ladder_of(7));
+  int job = 0;
+  const auto bursts = [&](int step) { return ++job % 1500 < 4 ? 4e-3 : device.latency(step); };
+  device.run(c, 3000, bursts);
+  const std::vector<int> later = device.run(c, 30000, bursts);
+  EXPECT_GT(std::count(later.begin(), later.end(), 6), 200) << "the top step visited";
+  const KindControl k = c.kinds().front();
+  EXPECT_GT(static_cast<double>(k.within_target) / static_cast<double>(k.judged), 0.98);
+  EXPECT_FALSE(k.infeasible) << k.infeasible_reason;
+}
+
 TEST(LatencyController, AnInfeasibleTargetStaysAtTheStepThatComesClosest) {
   // Every step is over the target, but each higher one less so: the top step stays.
   ScriptedDevice device{{3.0, 2.6, 2.2, 1.9, 1.7}};

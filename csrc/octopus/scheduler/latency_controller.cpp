@@ -241,7 +241,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
       k.at_top += 1;
       if (over) k.over_at_top += 1;
     }
-    check_infeasible(name, k, *target);
+    check_infeasible(name, k, *target, now_s);
     const bool median_due = k.samples % options_.median_every == 0 && k.recent.size() >= options_.median_samples;
     const std::optional<double> median_bound = median_due ? median_bound_s(k) : std::nullopt;
     const std::optional<double> median = median_bound ? k.recent.quantile(0.5) : std::nullopt;
@@ -505,7 +505,16 @@ std::vector<BestEffortControl> LatencyController::best_effort_kinds() const {
   return out;
 }
 
-void LatencyController::check_infeasible(const std::string& name, Kind& k, double target) {
+bool LatencyController::met_at_some_step(const Kind& k, double target, double now_s) const {
+  for (const Kind::AtStep& at : k.at_steps) {
+    if (at.recent.size() < options_.record_jobs || now_s - at.last_s > options_.step_memory_s) continue;
+    const std::optional<double> q = at.recent.quantile(options_.attainment);
+    if (q && *q <= target) return true;
+  }
+  return false;
+}
+
+void LatencyController::check_infeasible(const std::string& name, Kind& k, double target, double now_s) {
   if (k.infeasible) return;
   std::ostringstream reason;
   reason.precision(3);
@@ -514,7 +523,8 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
   } else if (k.at_top >= options_.infeasible_samples &&
-             static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top)) {
+             static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top) &&
+             !met_at_some_step(k, target, now_s)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
            << (climb_unhelpful_ ? "helps (every step above missed it too)" : "the scheduler can") << " ("

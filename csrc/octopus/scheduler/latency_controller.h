@@ -187,8 +187,8 @@ struct ControllerOptions {
   double probe_interval_s = 2.0;
   // Without LC samples for idle_s the controller returns to the bottom step.
   double idle_s = 2.0;
-  // A kind whose p99 stays over its target at the top step for infeasible_samples samples
-  // is reported infeasible.
+  // A kind whose p99 stays over its target at the top step for infeasible_samples samples,
+  // and that no step's record shows within it, is reported infeasible.
   std::size_t infeasible_samples = 200;
   // A try of leaving a kind's gate open that its record has not judged in this long (a kind
   // too rare to collect the jobs) ends with the gate closed, as a failed one.
@@ -371,7 +371,13 @@ class LatencyController {
   bool climb(int steps, double now_s);
   // Moves to `step`, adding the time at the step left to its account.
   void move_to(int step, double now_s);
-  void check_infeasible(const std::string& name, Kind& k, double target);
+  // Whether some step's record of the kind (recent, record_jobs jobs at least) has its
+  // attainment quantile within `target`: the target can be met there.
+  bool met_at_some_step(const Kind& k, double target, double now_s) const;
+  // Reports the kind infeasible (once): a target below its alone p99, or one missed by over 1%
+  // of infeasible_samples jobs at the top (or where no step above helps) and met at no step on
+  // record.
+  void check_infeasible(const std::string& name, Kind& k, double target, double now_s);
   // Counts a judged median that is over its bound with no step to lower it; reports it once
   // it has stayed so for infeasible_samples samples.
   void note_median(const std::string& name, Kind& k, bool unhelped, double median, double bound,
