@@ -574,8 +574,8 @@ TEST(LatencyController, ClimbsPastAPlateauOnlyOnceWhereNoStepHelps) {
 }
 
 TEST(LatencyController, ATargetMetBelowTheTopIsNotReportedInfeasibleWhereTheTopMissesIt) {
-  // Steps 1-5 give 1.1 ms, within the ~1.575 ms target; the top step gives 2 ms (an LC kind
-  // whose host the top step's paused BE holders slow down). Bursts of severe jobs now and
+  // Steps 1-5 give 1.1 ms, within the ~1.575 ms target; the top step gives 2 ms (on the H200
+  // the MLP's record at the top step was worse than at step 1). Bursts of severe jobs now and
   // then take the controller to the top, where every job misses, and it comes down again.
   // The target is met, at steps 1-5: it is not infeasible. (Counting the jobs at the top step
   // alone reported it, as on the H200 for a kind within its target for 99.5% of a run.)

@@ -528,7 +528,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
            << (climb_unhelpful_ ? "helps (every step above missed it too)" : "the scheduler can") << " ("
-           << k.over_at_top << " of the " << k.at_top << " jobs held back so over it";
+           << k.over_at_top << " of " << k.at_top << " jobs there over it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";
     reason << ")";
   } else {

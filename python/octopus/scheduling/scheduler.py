@@ -408,8 +408,9 @@ class StreamScheduler:
         (the default for kinds without a target: ``latency_ratio``, 1.5). The scheduler then
         holds best-effort work back as far as that needs and no further. A target that cannot
         be met (below the kind's p99 alone, or missed with best-effort work held back as far
-        as it goes and met at no step on record) is reported once with a :class:`RuntimeWarning` (on a later ``acquire``)
-        and in :meth:`stats`. Needs ``latency_control`` (on by default)."""
+        as it goes and met at no step on record) is reported once with a
+        :class:`RuntimeWarning` (on a later ``acquire``) and in :meth:`stats`. Needs
+        ``latency_control`` (on by default)."""
         if p99_ms is not None and ratio is not None:
             raise ValueError("give p99_ms or ratio, not both")
         if p99_ms is not None and not (isinstance(p99_ms, (int, float)) and math.isfinite(p99_ms) and p99_ms > 0):
