@@ -591,6 +591,20 @@ TEST(LatencyController, ATargetMetBelowTheTopIsNotReportedInfeasibleWhereTheTopM
   EXPECT_FALSE(k.infeasible) << k.infeasible_reason;
 }
 
+TEST(LatencyController, ATopStepAtItsTargetsEdgeIsNotReportedInfeasible) {
+  // Steps below the top miss the target; at the top 1.5% of the jobs are late (one in 67):
+  // the kind is at its target's edge there (as the MLP was on the H200: 3 of 200 jobs over
+  // it), not plainly over it. Over 1% of 200 jobs reported it.
+  ScriptedDevice device{{3.0, 2.0, 2.0, 1.1}};
+  LatencyController c(ControllerOptions{}, ladder_of(4));
+  int job = 0;
+  const auto edge = [&](int step) { return step == 3 && ++job % 67 == 0 ? 2e-3 : device.latency(step); };
+  device.run(c, 3000, edge);
+  const std::vector<int> later = device.run(c, 20000, edge);
+  EXPECT_GT(std::count(later.begin(), later.end(), 3), 19000) << "at the top";
+  EXPECT_FALSE(c.kinds().front().infeasible) << c.kinds().front().infeasible_reason;
+}
+
 TEST(LatencyController, AnInfeasibleTargetStaysAtTheStepThatComesClosest) {
   // Every step is over the target, but each higher one less so: the top step stays.
   ScriptedDevice device{{3.0, 2.6, 2.2, 1.9, 1.7}};

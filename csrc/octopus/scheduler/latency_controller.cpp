@@ -523,7 +523,7 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
   } else if (k.at_top >= options_.infeasible_samples &&
-             static_cast<double>(k.over_at_top) > 0.01 * static_cast<double>(k.at_top) &&
+             static_cast<double>(k.over_at_top) > 2.0 * (1.0 - options_.attainment) * static_cast<double>(k.at_top) &&
              !met_at_some_step(k, target, now_s)) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
