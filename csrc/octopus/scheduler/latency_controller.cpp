@@ -525,10 +525,11 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   } else if (k.at_top >= options_.infeasible_samples &&
              static_cast<double>(k.over_at_top) > 2.0 * (1.0 - options_.attainment) * static_cast<double>(k.at_top) &&
              !met_at_some_step(k, target, now_s)) {
+    const bool at_top = step_ == static_cast<int>(ladder_.size()) - 1;
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is not met even with "
            << "best-effort work held back as far as "
-           << (climb_unhelpful_ ? "helps (every step above missed it too)" : "the scheduler can") << " ("
-           << k.over_at_top << " of " << k.at_top << " jobs there over it";
+           << (at_top ? "the scheduler can" : "helps (every step above missed it too)") << " (" << k.over_at_top
+           << " of " << k.at_top << " jobs so held over it, and no step on record met it";
     if (alone) reason << "; its p99 alone is " << *alone * 1e3 << " ms";
     reason << ")";
   } else {

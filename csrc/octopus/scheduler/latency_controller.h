@@ -187,10 +187,11 @@ struct ControllerOptions {
   double probe_interval_s = 2.0;
   // Without LC samples for idle_s the controller returns to the bottom step.
   double idle_s = 2.0;
-  // A kind that plainly misses its target at the top step over infeasible_samples samples
-  // (twice the share over it that the target allows: 1% of 200 jobs is two or three by
-  // chance, so a kind at its target's edge would be reported a third of the time), and that
-  // no step's record shows within it, is reported infeasible.
+  // A kind that plainly misses its target over at least infeasible_samples samples at the top
+  // step, or at a step where every step above is on record as plainly missing it too (over
+  // twice the share the target allows: 1% of 200 jobs is two or three by chance, so a kind at
+  // its target's edge would be reported a third of the time), and that no step's record shows
+  // within it, is reported infeasible.
   std::size_t infeasible_samples = 200;
   // A try of leaving a kind's gate open that its record has not judged in this long (a kind
   // too rare to collect the jobs) ends with the gate closed, as a failed one.
@@ -376,9 +377,9 @@ class LatencyController {
   // Whether some step's record of the kind (recent, record_jobs jobs at least) has its
   // attainment quantile within `target`: the target can be met there.
   bool met_at_some_step(const Kind& k, double target, double now_s) const;
-  // Reports the kind infeasible (once): a target below its alone p99, or one plainly missed
-  // by infeasible_samples jobs at the top (or where no step above helps) and met at no step on
-  // record.
+  // Reports the kind infeasible (once): a target below its alone p99, or one missed by over
+  // twice the share it allows of at least infeasible_samples jobs at the top (or where no step
+  // above helps) and met at no step on record.
   void check_infeasible(const std::string& name, Kind& k, double target, double now_s);
   // Counts a judged median that is over its bound with no step to lower it; reports it once
   // it has stayed so for infeasible_samples samples.

@@ -407,8 +407,8 @@ class StreamScheduler:
         or within ``ratio`` x their own p99 measured while the device ran no best-effort work
         (the default for kinds without a target: ``latency_ratio``, 1.5). The scheduler then
         holds best-effort work back as far as that needs and no further. A target that cannot
-        be met (below the kind's p99 alone, or missed with best-effort work held back as far
-        as it goes and met at no step on record) is reported once with a
+        be met (below the kind's p99 alone, or plainly missed with best-effort work held back
+        as far as it goes and met at no step on record) is reported once with a
         :class:`RuntimeWarning` (on a later ``acquire``) and in :meth:`stats`. Needs
         ``latency_control`` (on by default)."""
         if p99_ms is not None and ratio is not None:
