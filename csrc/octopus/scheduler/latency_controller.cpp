@@ -122,7 +122,7 @@ std::optional<detail::SampleWindow::Excess> LatencyController::excess_at(const K
                                                                          double now_s) const {
   if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
-  if (at.recent.size() < options_.record_jobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
+  if (!on_record(at, now_s)) return std::nullopt;
   return at.recent.excess(target);
 }
 
@@ -237,7 +237,8 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool severe = over && latency_s > options_.severe_ratio * *target;
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
                                                               : 1.0 - options_.attainment));
-    if (step_ == static_cast<int>(ladder_.size()) - 1 || (climb_unhelpful_ && no_step_above_helps(k, *target, now_s))) {
+    const bool top = step_ == static_cast<int>(ladder_.size()) - 1;
+    if (!k.infeasible && (top || (climb_unhelpful_ && no_step_above_helps(k, *target, now_s)))) {
       k.at_top += 1;
       if (over) k.over_at_top += 1;
     }
@@ -505,9 +506,13 @@ std::vector<BestEffortControl> LatencyController::best_effort_kinds() const {
   return out;
 }
 
+bool LatencyController::on_record(const Kind::AtStep& at, double now_s) const {
+  return at.recent.size() >= options_.record_jobs && now_s - at.last_s <= options_.step_memory_s;
+}
+
 bool LatencyController::met_at_some_step(const Kind& k, double target, double now_s) const {
   for (const Kind::AtStep& at : k.at_steps) {
-    if (at.recent.size() < options_.record_jobs || now_s - at.last_s > options_.step_memory_s) continue;
+    if (!on_record(at, now_s)) continue;
     const std::optional<double> q = at.recent.quantile(options_.attainment);
     if (q && *q <= target) return true;
   }

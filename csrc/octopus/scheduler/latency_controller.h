@@ -313,7 +313,7 @@ class LatencyController {
     std::size_t judged = 0;
     std::size_t within = 0;
     double last_s = -1e300;
-    std::size_t at_top = 0;      // samples at the top step, or where no step above helps
+    std::size_t at_top = 0;      // samples at the top step, or where no step above helps (until reported)
     std::size_t over_at_top = 0; // of them over target
     bool infeasible = false;
     std::string reason;
@@ -348,8 +348,11 @@ class LatencyController {
   // The kind's median while the controller last held `step`, where that record is recent
   // and rests on enough jobs (else none).
   std::optional<double> median_at(const Kind& k, int step, double now_s) const;
+  // Whether a step's record of a kind is recent (a job within step_memory_s) and rests on
+  // record_jobs jobs: the records the controller compares steps by.
+  bool on_record(const Kind::AtStep& at, double now_s) const;
   // The kind's mean excess over `target` (and its standard error) while the controller last
-  // held `step`, where that record is recent and rests on record_jobs jobs (else none).
+  // held `step`, where that step has a record of it (on_record; else none).
   std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
   // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
   bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
@@ -374,8 +377,8 @@ class LatencyController {
   bool climb(int steps, double now_s);
   // Moves to `step`, adding the time at the step left to its account.
   void move_to(int step, double now_s);
-  // Whether some step's record of the kind (recent, record_jobs jobs at least) has its
-  // attainment quantile within `target`: the target can be met there.
+  // Whether some step's record of the kind (on_record) has its attainment quantile within
+  // `target`: the target can be met there.
   bool met_at_some_step(const Kind& k, double target, double now_s) const;
   // Reports the kind infeasible (once): a target below its alone p99, or one missed by over
   // twice the share it allows of at least infeasible_samples jobs at the top (or where no step
