@@ -22,6 +22,9 @@ std::optional<double> alone_p99(const detail::SampleWindow& alone) {
 // An absolute target under the p99 of this many alone samples is refused: a p99 of a few
 // samples lies under the kind's true one, so the target is surely out of reach.
 constexpr std::size_t kAloneSamplesToRefuse = 3;
+// How far a relative target may move before an infeasible report judged against it is
+// dropped (withdraw_stale_report): its alone p99 moves by a few percent as probes add samples.
+constexpr double kReportTargetMove = 0.1;
 
 }  // namespace
 
@@ -99,10 +102,12 @@ void LatencyController::set_target(const std::string& name, LatencyTarget target
   Kind& k = kind(name);
   k.target = target;
   k.infeasible = false;
+  k.below_alone = false;
   k.reported = false;
   k.median_unhelped = 0;
   k.median_reported = false;
   k.at_top = k.over_at_top = 0;
+  k.judged_target_s = 0.0;
   k.budget = options_.budget_cap;
 }
 
@@ -237,6 +242,7 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     const bool severe = over && latency_s > options_.severe_ratio * *target;
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
                                                               : 1.0 - options_.attainment));
+    withdraw_stale_report(k, *target);
     const bool top = step_ == static_cast<int>(ladder_.size()) - 1;
     if (!k.infeasible && (top || (climb_unhelpful_ && no_step_above_helps(k, *target, now_s)))) {
       k.at_top += 1;
@@ -524,7 +530,8 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
   std::ostringstream reason;
   reason.precision(3);
   const std::optional<double> alone = k.alone.count() >= kAloneSamplesToRefuse ? k.alone_p99_s : std::nullopt;
-  if (k.target && k.target->p99_s && alone && *alone > target) {
+  const bool below_alone = k.target && k.target->p99_s && alone && *alone > target;
+  if (below_alone) {
     reason << "latency target of kind '" << name << "' (p99 " << target * 1e3 << " ms) is below its p99 with no "
            << "best-effort work on the device (" << *alone * 1e3 << " ms): it cannot be met";
   } else if (k.at_top >= options_.infeasible_samples &&
@@ -541,11 +548,26 @@ void LatencyController::check_infeasible(const std::string& name, Kind& k, doubl
     return;
   }
   k.infeasible = true;
+  k.below_alone = below_alone;
   k.reason = reason.str();
   if (!k.reported) {
     k.reported = true;
     reports_.push_back(k.reason);
   }
+}
+
+void LatencyController::withdraw_stale_report(Kind& k, double target) {
+  if (k.judged_target_s == 0.0) {
+    k.judged_target_s = target;
+    return;
+  }
+  const bool moved = std::abs(target / k.judged_target_s - 1.0) > kReportTargetMove;
+  const bool now_above_alone = k.below_alone && k.alone_p99_s && *k.alone_p99_s <= target;
+  if (!moved && !now_above_alone) return;
+  k.judged_target_s = target;
+  k.at_top = k.over_at_top = 0;
+  k.infeasible = k.below_alone = k.reported = false;
+  k.reason.clear();
 }
 
 void LatencyController::note_median(const std::string& name, Kind& k, bool unhelped, double median, double bound,

@@ -191,7 +191,7 @@ struct ControllerOptions {
   // step, or at a step where every step above is on record as plainly missing it too (over
   // twice the share the target allows: 1% of 200 jobs is two or three by chance, so a kind at
   // its target's edge would be reported a third of the time), and that no step's record shows
-  // within it, is reported infeasible.
+  // within it, is reported infeasible (until its target moves: withdraw_stale_report).
   std::size_t infeasible_samples = 200;
   // A try of leaving a kind's gate open that its record has not judged in this long (a kind
   // too rare to collect the jobs) ends with the gate closed, as a failed one.
@@ -315,7 +315,9 @@ class LatencyController {
     double last_s = -1e300;
     std::size_t at_top = 0;      // samples at the top step, or where no step above helps (until reported)
     std::size_t over_at_top = 0; // of them over target
+    double judged_target_s = 0.0;  // the target they were judged against (0: none yet)
     bool infeasible = false;
+    bool below_alone = false;  // reported as an absolute target below the alone p99
     std::string reason;
     bool reported = false;
     std::size_t median_unhelped = 0;  // samples since its median was over its bound with no step to help
@@ -384,6 +386,11 @@ class LatencyController {
   // twice the share it allows of at least infeasible_samples jobs at the top (or where no step
   // above helps) and met at no step on record.
   void check_infeasible(const std::string& name, Kind& k, double target, double now_s);
+  // A report, and the count toward one, rest on what they were judged against: a relative
+  // target that has since moved by over kReportTargetMove (its alone p99 measured again as
+  // probes add samples), or an absolute target below an alone p99 that has since come under
+  // it, drops both, and the kind is judged afresh.
+  void withdraw_stale_report(Kind& k, double target);
   // Counts a judged median that is over its bound with no step to lower it; reports it once
   // it has stayed so for infeasible_samples samples.
   void note_median(const std::string& name, Kind& k, bool unhelped, double median, double bound,
