@@ -16,6 +16,16 @@ def random_offsets(m, seed, max_len=5000):
     return offsets
 
 
+def giant_offsets(m, seed):
+    # Dust around one item of 3M elements: thousands of plan rows of a single item.
+    offsets = dust_offsets(m, seed=seed)
+    lengths = offsets.diff()
+    if m:
+        lengths[m // 2] = 3_000_000
+    offsets[1:] = lengths.cumsum(0)
+    return offsets
+
+
 def decoded(plan):
     item, begin, end, run = octopus.plan_blocks(plan)
     return list(zip(begin.tolist(), item.tolist(), (end - begin).tolist(), run.tolist()))
@@ -52,10 +62,13 @@ def test_plan_equals_the_reference_and_covers_every_element_once(device, block_e
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("m", [0, 1, 7, 10_000, 11_264, 11_265, 300_000])
-@pytest.mark.parametrize("layout", ["mixed", "dust"])
+@pytest.mark.parametrize("layout", ["mixed", "dust", "giant"])
 def test_device_plan_equals_host_plan(m, layout):
-    # Up to 11,264 items one kernel builds the plan, above it a scan and a fill.
-    offsets = random_offsets(m, seed=m, max_len=3000) if layout == "mixed" else dust_offsets(m, seed=m)
+    # Up to 11,264 items one kernel builds the plan, above it a scan and a fill whose blocks
+    # of rows search their items' counts in shared memory (mixed, giant) or, where the rows
+    # hold more items than that keeps (runs of dust), in global memory.
+    offsets = {"mixed": lambda: random_offsets(m, seed=m, max_len=3000), "dust": lambda: dust_offsets(m, seed=m),
+               "giant": lambda: giant_offsets(m, seed=m)}[layout]()
     n = int(offsets[-1])
     for block_elems in (512, 4096):
         host = torch.ops.octopus.plan(offsets, n, block_elems)
