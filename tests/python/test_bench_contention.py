@@ -104,6 +104,12 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     # What each step with 20 jobs or more bought each kind with an alone latency.
     # (Step 4's jobs all ran with the gate left open, or unsettled: it has no percentiles.)
     assert lines[3] == "    by step, p50/p99 over alone (jobs): a s0 1.50/2.50 (300), s2 1.20/1.50 (900), s4 -/- (40)"
+    assert len(lines) == 4  # no kind with a target yet: no line of the controller's own count
+    # The controller's own count of each kind within its target, beside the table's.
+    kinds["a"].update(target_s=3e-3, judged=1240, within_target=1209)
+    kinds["b"].update(target_s=1.5e-3, judged=300, within_target=300)  # no alone p99: left out
+    assert report.format_table(rows).splitlines()[4] == (
+        "    the controller's view (request to completion on the device): a 97.5% within 3.000 ms (alone p99 2.000)")
     assert "step" not in report.format_table(rows[:2])
     # The BE kinds it tried releasing: which it kept released, its tries and how many were undone.
     rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=True, trials=1, failures=0),
