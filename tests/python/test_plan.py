@@ -17,7 +17,8 @@ def random_offsets(m, seed, max_len=5000):
 
 
 def giant_offsets(m, seed):
-    # Dust around one item of 3M elements: thousands of plan rows of a single item.
+    # Dust around one item of 3M elements: 733 to 5860 plan rows of one item (at 4096- to
+    # 512-element blocks).
     offsets = dust_offsets(m, seed=seed)
     lengths = offsets.diff()
     if m:
@@ -64,9 +65,9 @@ def test_plan_equals_the_reference_and_covers_every_element_once(device, block_e
 @pytest.mark.parametrize("m", [0, 1, 7, 10_000, 11_264, 11_265, 300_000])
 @pytest.mark.parametrize("layout", ["mixed", "dust", "giant"])
 def test_device_plan_equals_host_plan(m, layout):
-    # Up to 11,264 items one kernel builds the plan, above it a scan and a fill whose blocks
-    # of rows search their items' counts in shared memory (mixed, giant) or, where the rows
-    # hold more items than that keeps (runs of dust), in global memory.
+    # Up to 11,264 items one kernel builds the plan, above it a scan and a fill (a thread per
+    # row searching the scanned counts): items of a few rows and empty ones (mixed), runs of
+    # small items (dust), and hundreds to thousands of rows of one item among them (giant).
     offsets = {"mixed": lambda: random_offsets(m, seed=m, max_len=3000), "dust": lambda: dust_offsets(m, seed=m),
                "giant": lambda: giant_offsets(m, seed=m)}[layout]()
     n = int(offsets[-1])

@@ -22,8 +22,10 @@ std::optional<double> alone_p99(const detail::SampleWindow& alone) {
 // An absolute target under the p99 of this many alone samples is refused: a p99 of a few
 // samples lies under the kind's true one, so the target is surely out of reach.
 constexpr std::size_t kAloneSamplesToRefuse = 3;
-// How far a relative target may move before an infeasible report judged against it is
-// dropped (withdraw_stale_report): its alone p99 moves by a few percent as probes add samples.
+// How far a relative target may rise before an infeasible report judged against it, and the
+// count toward one, are dropped (withdraw_stale_report): its alone p99 moves by a few percent as
+// probes add samples. The same margin keeps a report below the alone p99 from flapping: it is
+// withdrawn only once the alone p99 is that far under the target.
 constexpr double kReportTargetMove = 0.1;
 
 }  // namespace
@@ -561,11 +563,19 @@ void LatencyController::withdraw_stale_report(Kind& k, double target) {
     k.judged_target_s = target;
     return;
   }
-  const bool moved = std::abs(target / k.judged_target_s - 1.0) > kReportTargetMove;
-  const bool now_above_alone = k.below_alone && k.alone_p99_s && *k.alone_p99_s <= target;
-  if (!moved && !now_above_alone) return;
+  const bool rose = target > (1.0 + kReportTargetMove) * k.judged_target_s;
+  const bool fell = target < k.judged_target_s / (1.0 + kReportTargetMove);
+  const bool now_above_alone =
+      k.below_alone && k.alone_p99_s && (1.0 + kReportTargetMove) * *k.alone_p99_s <= target;
+  if (!rose && !fell && !now_above_alone) return;
   k.judged_target_s = target;
+  // A target missed while it was looser is missed still: a fall keeps a report, and restarts
+  // only a count toward one (its jobs were judged against the looser target).
+  if (fell && !rose && !now_above_alone && k.infeasible) return;
   k.at_top = k.over_at_top = 0;
+  if (!k.infeasible) return;
+  // Not yet taken reports of it go too; a warning already given stays given.
+  reports_.erase(std::remove(reports_.begin(), reports_.end(), k.reason), reports_.end());
   k.infeasible = k.below_alone = k.reported = false;
   k.reason.clear();
 }

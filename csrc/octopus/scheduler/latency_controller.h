@@ -387,9 +387,10 @@ class LatencyController {
   // above helps) and met at no step on record.
   void check_infeasible(const std::string& name, Kind& k, double target, double now_s);
   // A report, and the count toward one, rest on what they were judged against: a relative
-  // target that has since moved by over kReportTargetMove (its alone p99 measured again as
-  // probes add samples), or an absolute target below an alone p99 that has since come under
-  // it, drops both, and the kind is judged afresh.
+  // target that has since risen by over kReportTargetMove (its alone p99 measured again as
+  // probes add samples), or an absolute target below an alone p99 that has since fallen that
+  // far under it, drops both (a report not yet taken too), and the kind is judged afresh. A
+  // target that fell as far restarts only the count (what was missed is missed still).
   void withdraw_stale_report(Kind& k, double target);
   // Counts a judged median that is over its bound with no step to lower it; reports it once
   // it has stayed so for infeasible_samples samples.

@@ -408,10 +408,11 @@ class StreamScheduler:
         (the default for kinds without a target: ``latency_ratio``, 1.5). The scheduler then
         holds best-effort work back as far as that needs and no further. A target that cannot
         be met (below the kind's p99 alone, or plainly missed with best-effort work held back
-        as far as it goes and met at no step on record) is reported once with a
+        as far as it goes and met at no step on record) is reported with a
         :class:`RuntimeWarning` (on a later ``acquire``) and in :meth:`stats`; the report is
-        withdrawn if the target it was judged against moves by over 10% (a relative target
-        whose alone p99 is measured again). Needs
+        withdrawn from :meth:`stats` if the target it was judged against rises by over 10% (a
+        relative target whose alone p99 is measured again) or the alone p99 falls 10% under an
+        absolute target it was over, and a new warning comes if the new target is missed too. Needs
         ``latency_control`` (on by default)."""
         if p99_ms is not None and ratio is not None:
             raise ValueError("give p99_ms or ratio, not both")
