@@ -46,7 +46,7 @@ std::shared_ptr<sched::DeviceBackend> make_backend(const std::string& backend, i
 
 sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape, int priority,
                                    std::optional<double> timeout, int device, int64_t bytes,
-                                   std::optional<double> deadline, bool best_effort) {
+                                   std::optional<double> deadline, bool best_effort, double waited) {
   if (bytes < 0) throw std::invalid_argument("octopus StreamScheduler: bytes must be non-negative, got " + std::to_string(bytes));
   for (const int64_t extent : shape) {
     if (extent < 0) throw std::invalid_argument("octopus StreamScheduler: shape has a negative extent " + std::to_string(extent));
@@ -60,6 +60,7 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
   r.bytes = static_cast<std::size_t>(bytes);
   r.deadline_s = deadline;
   r.best_effort = best_effort;
+  r.waited_s = waited;
   return r;
 }
 
@@ -306,27 +307,31 @@ void bind_scheduler(py::module_& m) {
            py::arg("config"), py::arg("backend"), py::arg("simulated_devices"), py::arg("use_nvml"))
       .def("acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                          std::optional<double> timeout, int device, int64_t bytes, std::optional<double> deadline,
-                         bool best_effort) {
+                         bool best_effort, double waited) {
              return acquire_releasing_the_gil_to_wait(
-                 s, make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes, deadline, best_effort));
+                 s, make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes, deadline, best_effort,
+                                 waited));
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
-           py::arg("deadline"), py::arg("best_effort"))
-      // The common call, a kind and a priority and every other argument its default, with two
-      // arguments to convert rather than eight: it is on every latency-critical job's path.
-      .def("acquire_kind", [](sched::StreamScheduler& s, std::string kind, int priority) {
+           py::arg("deadline"), py::arg("best_effort"), py::arg("waited"))
+      // The common call, a kind and a priority (and how long its work already waited) and every
+      // other argument its default, with three arguments to convert rather than nine: it is on
+      // every latency-critical job's path.
+      .def("acquire_kind", [](sched::StreamScheduler& s, std::string kind, int priority, double waited) {
              sched::AcquireRequest r;
              r.kind = std::move(kind);
              r.priority = priority;
+             r.waited_s = waited;
              return acquire_releasing_the_gil_to_wait(s, r);
-           }, py::arg("kind"), py::arg("priority"))
+           }, py::arg("kind"), py::arg("priority"), py::arg("waited"))
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
-                             int device, int64_t bytes, std::optional<double> deadline, bool best_effort) {
+                             int device, int64_t bytes, std::optional<double> deadline, bool best_effort,
+                             double waited) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,
-                                                          bytes, deadline, best_effort);
+                                                          bytes, deadline, best_effort, waited);
              std::optional<py::gil_scoped_release> unlocked;  // only before something slow
              return s.try_acquire(r, [&] { unlocked.emplace(); });
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("device"), py::arg("bytes"),
-           py::arg("deadline"), py::arg("best_effort"))
+           py::arg("deadline"), py::arg("best_effort"), py::arg("waited"))
       .def("register_kind", &sched::StreamScheduler::register_kind, py::arg("kind"), py::arg("occupancy"))
       .def("register_kernel", [](sched::StreamScheduler& s, const std::string& kind, int blocks_per_sm, int64_t elements_per_block) {
              s.register_kernel(kind, sched::KernelProfile{blocks_per_sm, elements_per_block});
@@ -353,7 +358,7 @@ void bind_scheduler(py::module_& m) {
       .def("trace_json", &sched::StreamScheduler::trace_json, py::call_guard<py::gil_scoped_release>())
       .def("write_trace", &sched::StreamScheduler::write_trace, py::arg("path"), py::call_guard<py::gil_scoped_release>())
       .def("time_acquire_release", [](sched::StreamScheduler& s, std::string kind, int rounds, int per_round) {
-             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0, std::nullopt, false);
+             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0, std::nullopt, false, 0.0);
              py::gil_scoped_release unlocked;
              return sched::time_acquire_release(s, r, rounds, per_round);
            }, py::arg("kind"), py::arg("rounds"), py::arg("per_round"));

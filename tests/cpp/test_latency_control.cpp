@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -200,6 +202,42 @@ TEST(LatencyControl, AnInfeasibleTargetIsReportedOnce) {
   EXPECT_FALSE(d.scheduler->has_reports());
   const ControlStats& c = control(*d.scheduler);
   EXPECT_TRUE(c.kinds.front().infeasible);
+}
+
+TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
+  // Jobs of kind "queued" had waited 20 ms when they asked for their leases (a server's queue,
+  // a thread that woke late): their latencies count it, those of kind "lc" do not. A wait that
+  // is not a finite number of seconds, at least 0, is refused, naming it.
+  Device d;
+  AcquireRequest queued = lc("queued");
+  queued.waited_s = 0.02;
+  for (int i = 0; i < 40; ++i) {
+    for (const AcquireRequest& r : {queued, lc()}) {
+      Lease l = d.scheduler->acquire(r);
+      hold_for(300us);
+      l.release();
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto kind = [&](const std::string& name) {
+    for (const KindControl& k : control(*d.scheduler).kinds) {
+      if (k.kind == name) return k;
+    }
+    return KindControl{};
+  };
+  for (int i = 0; i < 500 && (kind("queued").samples < 40 || kind("lc").samples < 40); ++i) {
+    std::this_thread::sleep_for(10ms);  // the control thread catches up with the last completions
+  }
+  ASSERT_EQ(kind("queued").samples, 40u);
+  ASSERT_EQ(kind("lc").samples, 40u);
+  EXPECT_GE(*kind("queued").recent_p50_s, 0.02);
+  EXPECT_LT(*kind("lc").recent_p50_s, 0.02);
+  for (const double bad : {-1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    AcquireRequest r = lc();
+    r.waited_s = bad;
+    EXPECT_THROW(d.scheduler->acquire(r), std::invalid_argument);
+    EXPECT_THROW(d.scheduler->try_acquire(r), std::invalid_argument);
+  }
 }
 
 TEST(LatencyControl, PinnedKnobsStayWhereTheyArePinned) {

@@ -199,7 +199,7 @@ def test_the_command_on_the_cpu(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "no CUDA device" in proc.stderr
     result = json.loads(path.read_text())
-    assert result["workloads"] == []
+    assert result["workloads"] == [] and result["lc_arrival"] is False
     overhead = result["lease_overhead"][0]
     assert overhead["backend"] == "simulated" and overhead["python_us"] > 0
     assert 0 < overhead["beside_busy_p50_us"] <= overhead["beside_busy_p99_us"]

@@ -190,6 +190,43 @@ def test_a_best_effort_kind_the_latency_critical_work_does_not_mind_is_released(
     assert sched.slice_budget(kind="another") == control["slice_budget_s"] < 0.02
 
 
+def test_a_job_that_says_when_it_arrived_is_timed_from_there():
+    # Jobs that had waited 20 ms when they asked for their leases (a server's queue, a thread
+    # that woke late), through acquire's common path, its full one and try_acquire: their
+    # kinds' latencies count the wait; a kind whose jobs say nothing is timed from acquire.
+    sched = simulated()
+    acquires = dict(common=lambda t: sched.acquire("common", priority="high", arrived=t),
+                    full=lambda t: sched.acquire("full", priority="high", timeout=5.0, arrived=t),
+                    tried=lambda t: sched.try_acquire("tried", priority="high", arrived=t),
+                    prompt=lambda t: sched.acquire("prompt", priority="high"))
+    for _ in range(40):
+        for acquire in acquires.values():
+            with acquire(time.perf_counter() - 0.02):
+                busy(3e-4)
+        time.sleep(1e-3)
+    deadline = time.time() + 5
+    while time.time() < deadline:  # the control thread catches up with the last completions
+        kinds = sched.stats()["devices"][0]["control"]["kinds"]
+        if all(kinds.get(name, {}).get("samples") == 40 for name in acquires):
+            break
+        time.sleep(0.01)
+    assert all(kinds[name]["samples"] == 40 for name in acquires)
+    assert min(kinds[name]["recent_p50_s"] for name in ("common", "full", "tried")) >= 0.02
+    assert kinds["prompt"]["recent_p50_s"] < 0.02
+
+
+def test_acquire_checks_arrived():
+    sched = simulated()
+    for value, error, match in [(float("nan"), ValueError, "arrived must be a time.perf_counter"),
+                                (time.perf_counter() + 10, ValueError, "s from now"),
+                                ("soon", TypeError, "arrived must be"), (True, TypeError, "arrived must be")]:
+        with pytest.raises(error, match=match):
+            sched.acquire("lc", priority="high", arrived=value)
+        with pytest.raises(error, match=match):
+            sched.try_acquire("lc", priority="high", arrived=value)
+    assert sched.stats()["granted"] == 0
+
+
 def test_set_target_checks_its_arguments():
     sched = simulated()
     sched.set_target("lc", 2.0)

@@ -108,6 +108,10 @@ struct AcquireRequest {
   // priority are served earliest deadline first.
   std::optional<double> deadline_s;
   bool best_effort = false;    // best-effort whatever the priority
+  // Seconds the work had already waited when it asked for the lease (since its request
+  // arrived): counted in the latency the latency controller judges its kind by, and in
+  // nothing else (timeouts and deadlines count from the request).
+  double waited_s = 0.0;
 };
 
 WorkClass work_class_of(const AcquireRequest& request);

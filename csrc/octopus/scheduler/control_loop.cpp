@@ -219,7 +219,7 @@ void State::control_loop() {
     const double now_s = micros(now) * 1e-6;
     for (Finished& f : finished) {
       DeviceState& d = devices[static_cast<std::size_t>(f.p.index)];
-      const double latency_s = (f.completed_us - f.p.requested_us) * 1e-6;
+      const double latency_s = (f.completed_us - f.p.arrived_us) * 1e-6;
       const bool alone = f.p.idle && d.best_effort_epoch == f.p.epoch;
       // Ran wholly under the settings in force now, with none of earlier settings' BE work left.
       const bool settled = f.p.settled && f.p.generation == d.control_generation;
@@ -230,7 +230,7 @@ void State::control_loop() {
         entry.kind = f.p.kind;
         entry.work_class = WorkClass::LatencyCritical;
         entry.device = d.device;
-        entry.requested_us = f.p.requested_us;
+        entry.requested_us = f.p.arrived_us;
         entry.released_us = f.completed_us;
         entry.latency_s = latency_s;
         entry.alone = alone;

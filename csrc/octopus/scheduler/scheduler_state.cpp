@@ -127,6 +127,7 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.waited_s = waited;
   g.queued = w.queued;
   g.requested_us = micros(w.requested);
+  g.arrived_us = g.requested_us - r.waited_s * 1e6;
   g.granted_us = micros(now);
   g.deadline_us = w.deadline ? micros(*w.deadline) : -1.0;
   g.previous_release = chosen.last_release;
@@ -178,7 +179,7 @@ void State::release(const LeaseGrant& g, const std::shared_ptr<ReleaseEvent>& ev
   kinds[g.kind].holds[c].add(held);
   if (d.controller && event) {
     if (g.work_class == WorkClass::LatencyCritical) {
-      pending_latencies.push_back(PendingLatency{g.kind, index, g.requested_us, released_us, -1.0, event,
+      pending_latencies.push_back(PendingLatency{g.kind, index, g.arrived_us, released_us, -1.0, event,
                                                  g.best_effort_idle, g.best_effort_epoch, g.settled,
                                                  g.control_generation, g.gate_left_open});
       control_wake.notify_one();

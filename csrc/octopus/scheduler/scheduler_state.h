@@ -87,7 +87,7 @@ struct State {
   struct PendingLatency {
     std::string kind;
     int index = 0;  // the device's
-    double requested_us = 0.0, released_us = 0.0;
+    double arrived_us = 0.0, released_us = 0.0;  // LeaseGrant's arrived_us
     double first_check_us = -1.0;  // when the control thread first found it unfinished
     std::shared_ptr<ReleaseEvent> event;
     bool idle = false;  // LeaseGrant's best_effort_idle and epoch

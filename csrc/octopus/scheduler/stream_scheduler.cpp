@@ -13,6 +13,18 @@
 #include "octopus/scheduler/yield_gate.h"
 
 namespace octopus::scheduler {
+namespace {
+
+void check_request_times(const AcquireRequest& request) {
+  if (request.deadline_s && std::isnan(*request.deadline_s)) {
+    throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
+  }
+  if (!(request.waited_s >= 0.0 && std::isfinite(request.waited_s))) {
+    throw std::invalid_argument("octopus StreamScheduler: waited_s must be a finite number of seconds, at least 0");
+  }
+}
+
+}  // namespace
 
 using detail::Clock;
 
@@ -230,9 +242,7 @@ Lease StreamScheduler::acquire(const AcquireRequest& request, const std::functio
   detail::State& s = *state_;
   const double timeout = request.timeout_s.value_or(s.config.timeout_s);
   if (std::isnan(timeout)) throw std::invalid_argument("octopus StreamScheduler: timeout must be a number of seconds");
-  if (request.deadline_s && std::isnan(*request.deadline_s)) {
-    throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
-  }
+  check_request_times(request);
   bool blocking = false;
   const auto block = [&] {
     if (!blocking && before_blocking) before_blocking();
@@ -308,9 +318,7 @@ Lease StreamScheduler::acquire(const AcquireRequest& request, const std::functio
 std::optional<Lease> StreamScheduler::try_acquire(const AcquireRequest& request,
                                                   const std::function<void()>& before_blocking) {
   detail::State& s = *state_;
-  if (request.deadline_s && std::isnan(*request.deadline_s)) {
-    throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
-  }
+  check_request_times(request);
   if (s.devices.size() > 1) {  // NVML may be slow
     if (before_blocking) before_blocking();
     s.utilization->refresh();

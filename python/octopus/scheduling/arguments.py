@@ -1,11 +1,12 @@
 """The scheduler's arguments as callers give them (priority names, shapes, deadlines,
-timeouts, counts), checked and converted to what the C++ scheduler takes; errors name the
-argument."""
+arrival times, timeouts, counts), checked and converted to what the C++ scheduler takes;
+errors name the argument."""
 
 from __future__ import annotations
 
 import math
 import operator
+import time
 from typing import Any, Sequence
 
 import torch
@@ -47,6 +48,20 @@ def parse_deadline(value: float | None) -> float | None:
     if math.isnan(seconds):
         raise ValueError("deadline must be a number of seconds from now, got nan")
     return seconds
+
+
+def parse_arrived(value: float | None) -> float:
+    """Seconds the work has waited since it arrived, a ``time.perf_counter()`` reading (0 for
+    None)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"arrived must be a time.perf_counter() reading or None, got {value!r}")
+    waited = time.perf_counter() - value
+    if not math.isfinite(waited) or waited < 0:
+        raise ValueError(f"arrived must be a time.perf_counter() reading at or before now, got {value!r}"
+                         + ("" if not math.isfinite(waited) else f" ({-waited:.3g} s from now)"))
+    return waited
 
 
 def parse_timeout(value: float | None) -> float | None:

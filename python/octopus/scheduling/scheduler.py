@@ -26,7 +26,7 @@ import torch
 
 from .. import _library
 from ..ragged import RaggedBatch
-from .arguments import DEFAULT, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
+from .arguments import DEFAULT, parse_arrived, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
 from .config import SchedulerConfig
 from .executor import LeaseExecutor
 from .gil import check_interval, lower_switch_interval, restore_switch_interval
@@ -239,7 +239,8 @@ class StreamScheduler:
             field names, e.g. ``timeout=1.0``, ``latency_ratio=2.0``) override its fields.
 
     With latency control on (the default), latency-critical leases (``priority="high"``) are
-    timed from request to completion on the device, per kind; best-effort work
+    timed from request (or the ``arrived`` time given to :meth:`acquire`) to completion on the
+    device, per kind; best-effort work
     (``best_effort=True``, sliced with :meth:`Lease.slices`, :meth:`Lease.item_slices`,
     :meth:`run_sliced` or :meth:`Lease.checkpoint`) is held back as far as each kind's
     target (:meth:`set_target`; default: p99 within ``latency_ratio`` x its p99 alone) needs,
@@ -282,7 +283,7 @@ class StreamScheduler:
 
     def acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *, priority: int | str = "normal",
                 timeout: float | None = DEFAULT, device: int | torch.device | None = None, bytes: int = 0,
-                deadline: float | None = None, best_effort: bool = False) -> Lease:
+                deadline: float | None = None, best_effort: bool = False, arrived: float | None = None) -> Lease:
         """Leases a stream, waiting (GIL released) while the device is at capacity. A lease
         granted at once keeps the GIL throughout (giving it up would let a thread running
         Python take it, and this caller wait for it back).
@@ -294,26 +295,34 @@ class StreamScheduler:
         ``timeout`` in seconds (None: wait for ever; default: the scheduler's); ``device``
         None picks the least-loaded device; ``bytes`` is memory the work will allocate, held
         against the free-memory reserve; ``deadline`` (seconds from now) orders waiters of
-        one priority earliest-deadline-first. Raises :class:`LeaseTimeout` naming the limit
-        that was hit, :class:`DeadlineMissed` where the deadline cannot be met.
+        one priority earliest-deadline-first; ``arrived`` (a :func:`time.perf_counter` reading)
+        is when the work arrived, if before this call: a latency-critical kind's latency, which
+        its target judges, then counts from there (a request's queueing in a server, a thread
+        that woke late) rather than from this call; timeouts and deadlines still count from
+        now. Raises :class:`LeaseTimeout` naming the limit that was hit,
+        :class:`DeadlineMissed` where the deadline cannot be met.
         """
+        waited = 0.0 if arrived is None else parse_arrived(arrived)
         if (shape is None and timeout is DEFAULT and device is None and bytes == 0 and deadline is None
                 and best_effort is False):
             # The common call (a kind and a priority) skips the other arguments' parsing: acquire +
             # release is on every latency-critical job's path, within a budget of a few microseconds.
-            lease = self._impl.acquire_kind(kind, parse_priority(priority))
+            lease = self._impl.acquire_kind(kind, parse_priority(priority), waited)
         else:
             lease = self._impl.acquire(kind, parse_shape(shape), parse_priority(priority), parse_timeout(timeout),
-                                       self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort))
+                                       self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort),
+                                       waited)
         return self._wrap(lease)
 
     def try_acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *,
                     priority: int | str = "normal", device: int | torch.device | None = None,
-                    bytes: int = 0, deadline: float | None = None, best_effort: bool = False) -> Lease | None:
+                    bytes: int = 0, deadline: float | None = None, best_effort: bool = False,
+                    arrived: float | None = None) -> Lease | None:
         """A lease if one can be granted now (nobody served before it waiting for the
-        device), else None. Never blocks; an infeasible deadline raises as in :meth:`acquire`."""
+        device), else None. Never blocks; an infeasible deadline raises as in :meth:`acquire`;
+        ``arrived`` as in :meth:`acquire`."""
         lease = self._impl.try_acquire(kind, parse_shape(shape), parse_priority(priority), self._device_index(device), bytes,
-                                       parse_deadline(deadline), bool(best_effort))
+                                       parse_deadline(deadline), bool(best_effort), parse_arrived(arrived))
         return None if lease is None else self._wrap(lease)
 
     def run_sliced(self, fn: Callable[..., Any], work: int | RaggedBatch, size: int | None = None, *,
@@ -403,7 +412,7 @@ class StreamScheduler:
 
     def set_target(self, kind: str, p99_ms: float | None = None, *, ratio: float | None = None) -> None:
         """The latency target of latency-critical leases of ``kind`` (``priority="high"``):
-        their p99, from request to completion on the device, within ``p99_ms`` milliseconds,
+        their p99, from request (or ``arrived``) to completion on the device, within ``p99_ms`` milliseconds,
         or within ``ratio`` x their own p99 measured while the device ran no best-effort work
         (the default for kinds without a target: ``latency_ratio``, 1.5). The scheduler then
         holds best-effort work back as far as that needs and no further. A target that cannot

@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interference", type=int, nargs="+", default=None, metavar="SMS",
                    help="also run each BE job on its own beside the LC jobs, behind fixed partitions keeping "
                         "these many SMs free of BE work (0: none): which BE jobs a partition protects LC from")
+    p.add_argument("--lc-arrival", action="store_true",
+                   help="LC jobs give acquire their arrival times (arrived=): the controller then times them "
+                        "from arrival, as this table does, rather than from acquire")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -57,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
 def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> Dict[str, Any]:
     lc_jobs, be_jobs = FAMILIES[name](device, args.scale)
     runner = Runner(lc_jobs, be_jobs, device, args.warmup, args.measure, args.controller_warmup,
-                    getattr(args, "stall_dump", None))
+                    getattr(args, "stall_dump", None), getattr(args, "lc_arrival", False))
     rows: List[Dict[str, Any]] = []
     repeats = getattr(args, "repeats", 1)
     for mode in modes(sweep=not args.no_sweep, error_budgets=getattr(args, "error_budgets", None)):
@@ -161,7 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                                     be_share=report.BE_SHARE,
                                                                     attainment=report.ATTAINMENT),
                       warmup_s=args.warmup, controller_warmup_s=args.controller_warmup, measure_s=args.measure,
-                      scale=args.scale, repeats=args.repeats,
+                      scale=args.scale, repeats=args.repeats, lc_arrival=getattr(args, "lc_arrival", False),
                       switch_interval_s=args.switch_interval or switch_interval,
                       workloads=workloads, lease_overhead=overhead, checkpoint=checkpoints, batcher=batching,
                       gil_wakeup=wakeups)

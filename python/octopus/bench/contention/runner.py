@@ -30,10 +30,15 @@ class Runner:
     """A workload's jobs on one device, runnable in any mode."""
 
     def __init__(self, lc_jobs: List[LCJob], be_jobs: List[BEJob], device: torch.device, warmup_s: float,
-                 measure_s: float, controller_warmup_s: float, stall_dump_ms: Optional[float] = None):
+                 measure_s: float, controller_warmup_s: float, stall_dump_ms: Optional[float] = None,
+                 lc_arrival: bool = False):
         self.lc_jobs, self.be_jobs, self.device = lc_jobs, be_jobs, device
         self.warmup_s, self.measure_s, self.controller_warmup_s = warmup_s, measure_s, controller_warmup_s
         self.stall_dump_ms = stall_dump_ms
+        # Whether LC leases give acquire their jobs' arrival times (arrived=): the controller
+        # then times each job from its arrival, as the table does, not from its acquire.
+        self.lc_arrival = lc_arrival
+        self._arrival = threading.local()  # .t: the arrival of the job this LC thread launches
         # The last run's measured window (time.perf_counter seconds): LC jobs that arrived in it
         # are the row's; a subclass that records more per job keeps the same ones.
         self.window: Optional[Tuple[float, float]] = None
@@ -77,7 +82,9 @@ class Runner:
             body = self._body(job, high=True)
 
             def leased() -> None:
-                with sched.acquire(job.name, priority="high") as lease, torch.cuda.stream(lease.stream):
+                arrived = self._arrival.t if self.lc_arrival else None
+                with sched.acquire(job.name, priority="high", arrived=arrived) as lease, \
+                        torch.cuda.stream(lease.stream):
                     body()
                     done.record()
                     done.synchronize()
@@ -105,6 +112,7 @@ class Runner:
             started = time.perf_counter()
             if watched:
                 self._running[threading.get_ident()] = (job.name, started)
+            self._arrival.t = arrival
             launch()
             if watched:
                 del self._running[threading.get_ident()]
