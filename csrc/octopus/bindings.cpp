@@ -44,9 +44,21 @@ std::shared_ptr<sched::DeviceBackend> make_backend(const std::string& backend, i
   throw std::invalid_argument("octopus StreamScheduler: backend must be \"cuda\" or \"simulated\", got \"" + backend + "\"");
 }
 
+// Seconds since `arrived`, a time.perf_counter() reading (0 for none), read with the GIL held
+// just before the request is made: a thread switch between the caller's check of `arrived` and
+// this call is counted, not lost.
+double waited_since(std::optional<double> arrived) {
+  if (!arrived) return 0.0;
+  PYBIND11_CONSTINIT static py::gil_safe_call_once_and_store<py::object> perf_counter;
+  const py::object& now = perf_counter
+                              .call_once_and_store_result([] { return py::module_::import("time").attr("perf_counter"); })
+                              .get_stored();
+  return now().cast<double>() - *arrived;
+}
+
 sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape, int priority,
                                    std::optional<double> timeout, int device, int64_t bytes,
-                                   std::optional<double> deadline, bool best_effort, double waited) {
+                                   std::optional<double> deadline, bool best_effort, std::optional<double> arrived) {
   if (bytes < 0) throw std::invalid_argument("octopus StreamScheduler: bytes must be non-negative, got " + std::to_string(bytes));
   for (const int64_t extent : shape) {
     if (extent < 0) throw std::invalid_argument("octopus StreamScheduler: shape has a negative extent " + std::to_string(extent));
@@ -60,7 +72,7 @@ sched::AcquireRequest make_request(std::string kind, std::vector<int64_t> shape,
   r.bytes = static_cast<std::size_t>(bytes);
   r.deadline_s = deadline;
   r.best_effort = best_effort;
-  r.waited_s = waited;
+  r.waited_before_s = waited_since(arrived);
   return r;
 }
 
@@ -307,31 +319,31 @@ void bind_scheduler(py::module_& m) {
            py::arg("config"), py::arg("backend"), py::arg("simulated_devices"), py::arg("use_nvml"))
       .def("acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                          std::optional<double> timeout, int device, int64_t bytes, std::optional<double> deadline,
-                         bool best_effort, double waited) {
+                         bool best_effort, std::optional<double> arrived) {
              return acquire_releasing_the_gil_to_wait(
                  s, make_request(std::move(kind), std::move(shape), priority, timeout, device, bytes, deadline, best_effort,
-                                 waited));
+                                 arrived));
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("timeout"), py::arg("device"), py::arg("bytes"),
-           py::arg("deadline"), py::arg("best_effort"), py::arg("waited"))
-      // The common call, a kind and a priority (and how long its work already waited) and every
-      // other argument its default, with three arguments to convert rather than nine: it is on
-      // every latency-critical job's path.
-      .def("acquire_kind", [](sched::StreamScheduler& s, std::string kind, int priority, double waited) {
+           py::arg("deadline"), py::arg("best_effort"), py::arg("arrived"))
+      // The common call, a kind and a priority (and when its work arrived) and every other
+      // argument its default, with three arguments to convert rather than nine: it is on every
+      // latency-critical job's path.
+      .def("acquire_kind", [](sched::StreamScheduler& s, std::string kind, int priority, std::optional<double> arrived) {
              sched::AcquireRequest r;
              r.kind = std::move(kind);
              r.priority = priority;
-             r.waited_s = waited;
+             r.waited_before_s = waited_since(arrived);
              return acquire_releasing_the_gil_to_wait(s, r);
-           }, py::arg("kind"), py::arg("priority"), py::arg("waited"))
+           }, py::arg("kind"), py::arg("priority"), py::arg("arrived"))
       .def("try_acquire", [](sched::StreamScheduler& s, std::string kind, std::vector<int64_t> shape, int priority,
                              int device, int64_t bytes, std::optional<double> deadline, bool best_effort,
-                             double waited) {
+                             std::optional<double> arrived) {
              const sched::AcquireRequest r = make_request(std::move(kind), std::move(shape), priority, std::nullopt, device,
-                                                          bytes, deadline, best_effort, waited);
+                                                          bytes, deadline, best_effort, arrived);
              std::optional<py::gil_scoped_release> unlocked;  // only before something slow
              return s.try_acquire(r, [&] { unlocked.emplace(); });
            }, py::arg("kind"), py::arg("shape"), py::arg("priority"), py::arg("device"), py::arg("bytes"),
-           py::arg("deadline"), py::arg("best_effort"), py::arg("waited"))
+           py::arg("deadline"), py::arg("best_effort"), py::arg("arrived"))
       .def("register_kind", &sched::StreamScheduler::register_kind, py::arg("kind"), py::arg("occupancy"))
       .def("register_kernel", [](sched::StreamScheduler& s, const std::string& kind, int blocks_per_sm, int64_t elements_per_block) {
              s.register_kernel(kind, sched::KernelProfile{blocks_per_sm, elements_per_block});
@@ -358,7 +370,7 @@ void bind_scheduler(py::module_& m) {
       .def("trace_json", &sched::StreamScheduler::trace_json, py::call_guard<py::gil_scoped_release>())
       .def("write_trace", &sched::StreamScheduler::write_trace, py::arg("path"), py::call_guard<py::gil_scoped_release>())
       .def("time_acquire_release", [](sched::StreamScheduler& s, std::string kind, int rounds, int per_round) {
-             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0, std::nullopt, false, 0.0);
+             const sched::AcquireRequest r = make_request(std::move(kind), {}, 0, std::nullopt, -1, 0, std::nullopt, false, std::nullopt);
              py::gil_scoped_release unlocked;
              return sched::time_acquire_release(s, r, rounds, per_round);
            }, py::arg("kind"), py::arg("rounds"), py::arg("per_round"));

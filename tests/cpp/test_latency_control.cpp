@@ -206,35 +206,42 @@ TEST(LatencyControl, AnInfeasibleTargetIsReportedOnce) {
 
 TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
   // Jobs of kind "queued" had waited 20 ms when they asked for their leases (a server's queue,
-  // a thread that woke late): their latencies count it, those of kind "lc" do not. A wait that
-  // is not a finite number of seconds, at least 0, is refused, naming it.
+  // a thread that woke late): their latencies count it, those of kind "lc" do not. Jobs of
+  // kind "stale" had waited 10 s, longer than any probe: BE work ran after they arrived, so
+  // none is an alone sample, where "lc" gets its alone samples from the probes. A wait that is
+  // not a finite number of seconds, at least 0, is refused, naming it.
   Device d;
-  AcquireRequest queued = lc("queued");
-  queued.waited_s = 0.02;
-  for (int i = 0; i < 40; ++i) {
-    for (const AcquireRequest& r : {queued, lc()}) {
-      Lease l = d.scheduler->acquire(r);
-      hold_for(300us);
-      l.release();
-    }
-    std::this_thread::sleep_for(1ms);
-  }
+  AcquireRequest queued = lc("queued"), stale = lc("stale");
+  queued.waited_before_s = 0.02;
+  stale.waited_before_s = 10.0;
   const auto kind = [&](const std::string& name) {
     for (const KindControl& k : control(*d.scheduler).kinds) {
       if (k.kind == name) return k;
     }
     return KindControl{};
   };
-  for (int i = 0; i < 500 && (kind("queued").samples < 40 || kind("lc").samples < 40); ++i) {
+  int jobs = 0;
+  for (; jobs < 40 || (jobs < 2000 && kind("lc").alone_samples == 0); ++jobs) {
+    for (const AcquireRequest& r : {queued, stale, lc()}) {
+      Lease l = d.scheduler->acquire(r);
+      hold_for(300us);
+      l.release();
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  const std::size_t all = static_cast<std::size_t>(jobs);
+  for (int i = 0; i < 500 && (kind("queued").samples < all || kind("lc").samples < all); ++i) {
     std::this_thread::sleep_for(10ms);  // the control thread catches up with the last completions
   }
-  ASSERT_EQ(kind("queued").samples, 40u);
-  ASSERT_EQ(kind("lc").samples, 40u);
+  ASSERT_EQ(kind("queued").samples, all);
+  ASSERT_EQ(kind("lc").samples, all);
   EXPECT_GE(*kind("queued").recent_p50_s, 0.02);
   EXPECT_LT(*kind("lc").recent_p50_s, 0.02);
+  EXPECT_GT(kind("lc").alone_samples, 0u);
+  EXPECT_EQ(kind("stale").alone_samples, 0u);
   for (const double bad : {-1e-3, std::nan(""), std::numeric_limits<double>::infinity()}) {
     AcquireRequest r = lc();
-    r.waited_s = bad;
+    r.waited_before_s = bad;
     EXPECT_THROW(d.scheduler->acquire(r), std::invalid_argument);
     EXPECT_THROW(d.scheduler->try_acquire(r), std::invalid_argument);
   }

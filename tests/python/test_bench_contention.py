@@ -110,6 +110,9 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     kinds["b"].update(target_s=1.5e-3, judged=300, within_target=300)  # no alone p99: left out
     assert report.format_table(rows).splitlines()[4] == (
         "    the controller's view (request to completion on the device): a 97.5% within 3.000 ms (alone p99 2.000)")
+    rows[2]["lc_arrival"] = True  # its LC jobs gave acquire their arrival times
+    assert report.format_table(rows).splitlines()[4].startswith("    the controller's view (arrival to completion")
+    del rows[2]["lc_arrival"]
     assert "step" not in report.format_table(rows[:2])
     # The BE kinds it tried releasing: which it kept released, its tries and how many were undone.
     rows[2]["control"]["best_effort_kinds"] = dict(x=dict(released=True, trials=1, failures=0),

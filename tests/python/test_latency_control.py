@@ -11,6 +11,7 @@ import threading
 import time
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -201,8 +202,9 @@ def test_a_job_that_says_when_it_arrived_is_timed_from_there():
                     prompt=lambda t: sched.acquire("prompt", priority="high"))
     for _ in range(40):
         for acquire in acquires.values():
-            with acquire(time.perf_counter() - 0.02):
+            with acquire(time.perf_counter() - 0.02) as lease:
                 busy(3e-4)
+            assert lease.waited_s < 0.02  # what it waited for the lease, from its acquire
         time.sleep(1e-3)
     deadline = time.time() + 5
     while time.time() < deadline:  # the control thread catches up with the last completions
@@ -217,7 +219,9 @@ def test_a_job_that_says_when_it_arrived_is_timed_from_there():
 
 def test_acquire_checks_arrived():
     sched = simulated()
-    for value, error, match in [(float("nan"), ValueError, "arrived must be a time.perf_counter"),
+    for value, error, match in [(float("nan"), ValueError, "arrived must be a finite time.perf_counter"),
+                                (float("-inf"), ValueError, "arrived must be a finite"),
+                                (10 ** 400, ValueError, "arrived must be a finite"),
                                 (time.perf_counter() + 10, ValueError, "s from now"),
                                 ("soon", TypeError, "arrived must be"), (True, TypeError, "arrived must be")]:
         with pytest.raises(error, match=match):
@@ -225,6 +229,10 @@ def test_acquire_checks_arrived():
         with pytest.raises(error, match=match):
             sched.try_acquire("lc", priority="high", arrived=value)
     assert sched.stats()["granted"] == 0
+    # Any real number will do: a numpy reading, an int.
+    for value in (np.float64(time.perf_counter()), int(time.perf_counter())):
+        with sched.acquire("lc", priority="high", arrived=value):
+            pass
 
 
 def test_set_target_checks_its_arguments():

@@ -110,8 +110,8 @@ struct AcquireRequest {
   bool best_effort = false;    // best-effort whatever the priority
   // Seconds the work had already waited when it asked for the lease (since its request
   // arrived): counted in the latency the latency controller judges its kind by, and in
-  // nothing else (timeouts and deadlines count from the request).
-  double waited_s = 0.0;
+  // nothing else (timeouts, deadlines and the lease's waited_s count from this request).
+  double waited_before_s = 0.0;
 };
 
 WorkClass work_class_of(const AcquireRequest& request);

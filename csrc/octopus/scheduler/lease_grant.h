@@ -30,8 +30,8 @@ struct LeaseGrant {
   double deadline_us = -1.0;  // negative: none
   std::shared_ptr<ReleaseEvent> previous_release;
   // Latency-critical leases, for the latency controller: whether no best-effort work could
-  // run on the device at the grant, and the device's best-effort epoch then (a latency is
-  // "alone" if the epoch has not moved by its completion).
+  // run on the device from the work's arrival to the grant, and the device's best-effort
+  // epoch then (a latency is "alone" if the epoch has not moved by its completion).
   bool best_effort_idle = false;
   uint64_t best_effort_epoch = 0;
   // The device's control generation at the grant (DeviceState::control_generation), and for

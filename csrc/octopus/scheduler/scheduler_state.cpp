@@ -127,11 +127,11 @@ void State::grant(Waiter& w, int index, double occupancy) {
   g.waited_s = waited;
   g.queued = w.queued;
   g.requested_us = micros(w.requested);
-  g.arrived_us = g.requested_us - r.waited_s * 1e6;
+  g.arrived_us = g.requested_us - r.waited_before_s * 1e6;
   g.granted_us = micros(now);
   g.deadline_us = w.deadline ? micros(*w.deadline) : -1.0;
   g.previous_release = chosen.last_release;
-  g.best_effort_idle = d.best_effort_idle;
+  g.best_effort_idle = d.best_effort_idle && g.arrived_us >= d.best_effort_idle_since_us;
   g.best_effort_epoch = d.best_effort_epoch;
   g.control_generation = d.control_generation;
   if (w.work_class == WorkClass::BestEffort) d.best_effort_by_generation[d.control_generation] += 1;
@@ -274,7 +274,9 @@ void State::best_effort_finished(DeviceState& d, uint64_t generation) {
 
 void State::refresh_idle(DeviceState& d) {
   const int holders = d.active_by_class[index_of_class(WorkClass::BestEffort)];
-  d.best_effort_idle = holders == d.best_effort_drained && d.best_effort_releases_pending == 0;
+  const bool idle = holders == d.best_effort_drained && d.best_effort_releases_pending == 0;
+  if (idle && !d.best_effort_idle) d.best_effort_idle_since_us = micros(Clock::now());
+  d.best_effort_idle = idle;
 }
 
 void State::schedule() {

@@ -19,8 +19,9 @@ void check_request_times(const AcquireRequest& request) {
   if (request.deadline_s && std::isnan(*request.deadline_s)) {
     throw std::invalid_argument("octopus StreamScheduler: deadline must be a number of seconds");
   }
-  if (!(request.waited_s >= 0.0 && std::isfinite(request.waited_s))) {
-    throw std::invalid_argument("octopus StreamScheduler: waited_s must be a finite number of seconds, at least 0");
+  if (!(request.waited_before_s >= 0.0 && std::isfinite(request.waited_before_s))) {
+    throw std::invalid_argument(
+        "octopus StreamScheduler: waited_before_s must be a finite number of seconds, at least 0");
   }
 }
 

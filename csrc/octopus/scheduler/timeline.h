@@ -18,7 +18,8 @@ struct TimelineEntry {
     Throttle,      // a best-effort holder paused at a checkpoint from granted_us to released_us
     DeadlineMiss,  // at granted_us; `reason` says which kind
     Control,       // at granted_us the latency controller moved to `step` (`control`; `probing`)
-    Latency,       // a latency-critical job of `kind` completed at released_us, `latency_s` after its request
+    Latency,       // a latency-critical job of `kind` completed at released_us, `latency_s` after requested_us
+                   // (its request, or its arrival where the caller gave one)
   };
   Type type = Type::Lease;
   uint64_t lease_id = 0;

@@ -5,6 +5,7 @@ errors name the argument."""
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import time
 from typing import Any, Sequence
@@ -50,18 +51,21 @@ def parse_deadline(value: float | None) -> float | None:
     return seconds
 
 
-def parse_arrived(value: float | None) -> float:
-    """Seconds the work has waited since it arrived, a ``time.perf_counter()`` reading (0 for
-    None)."""
+def parse_arrived(value: float | None) -> float | None:
+    """A ``time.perf_counter()`` reading at or before now, as a float, or None."""
     if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"arrived must be a time.perf_counter() reading or None, got {value!r}")
-    waited = time.perf_counter() - value
-    if not math.isfinite(waited) or waited < 0:
-        raise ValueError(f"arrived must be a time.perf_counter() reading at or before now, got {value!r}"
-                         + ("" if not math.isfinite(waited) else f" ({-waited:.3g} s from now)"))
-    return waited
+    try:
+        arrived = float(value)
+    except OverflowError:
+        arrived = math.inf
+    ahead = arrived - time.perf_counter()
+    if not math.isfinite(arrived) or ahead > 0:
+        raise ValueError(f"arrived must be a finite time.perf_counter() reading at or before now, got {value!r}"
+                         + (f" ({ahead:.3g} s from now)" if math.isfinite(arrived) else ""))
+    return arrived
 
 
 def parse_timeout(value: float | None) -> float | None:

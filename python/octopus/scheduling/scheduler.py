@@ -302,16 +302,16 @@ class StreamScheduler:
         now. Raises :class:`LeaseTimeout` naming the limit that was hit,
         :class:`DeadlineMissed` where the deadline cannot be met.
         """
-        waited = 0.0 if arrived is None else parse_arrived(arrived)
+        arrived = None if arrived is None else parse_arrived(arrived)
         if (shape is None and timeout is DEFAULT and device is None and bytes == 0 and deadline is None
                 and best_effort is False):
             # The common call (a kind and a priority) skips the other arguments' parsing: acquire +
             # release is on every latency-critical job's path, within a budget of a few microseconds.
-            lease = self._impl.acquire_kind(kind, parse_priority(priority), waited)
+            lease = self._impl.acquire_kind(kind, parse_priority(priority), arrived)
         else:
             lease = self._impl.acquire(kind, parse_shape(shape), parse_priority(priority), parse_timeout(timeout),
                                        self._device_index(device), bytes, parse_deadline(deadline), bool(best_effort),
-                                       waited)
+                                       arrived)
         return self._wrap(lease)
 
     def try_acquire(self, kind: str = "default", shape: Sequence[int] | None = None, *,

@@ -85,7 +85,8 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         stalls = f" | {len(r['stalls'])} stalls" if r.get("stalls") else ""
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
                      f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control"))
-                     + _controller_steps(r.get("control")) + _controller_view(r.get("control")))
+                     + _controller_steps(r.get("control"))
+                     + _controller_view(r.get("control"), r.get("lc_arrival", False)))
     return "\n".join(lines)
 
 
@@ -147,19 +148,21 @@ def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> 
     return "\n    by step, p50/p99 over alone (jobs): " + "; ".join(parts) if parts else ""
 
 
-def _controller_view(control: Optional[Dict[str, Any]]) -> str:
+def _controller_view(control: Optional[Dict[str, Any]], lc_arrival: bool = False) -> str:
     """A third line: per LC kind, the share of its jobs within its target by the controller's
     own count, the target and the alone p99 it came from. The controller times a job from its
-    request to its completion on the device and takes its alone p99 from its probes; the table
-    times arrival to the thread seeing completion against the LC-alone mode, so the two can
-    disagree (a thread that starts late; probes at lowered clocks)."""
+    request (its arrival with ``lc_arrival``) to its completion on the device and takes its
+    alone p99 from its probes; the table times arrival to the thread seeing completion against
+    the LC-alone mode, so the two can disagree (a thread that starts late; probes at lowered
+    clocks)."""
     if not control or not control.get("enabled"):
         return ""
     parts = [f"{name} {100 * k['within_target'] / k['judged']:.1f}% within {1e3 * k['target_s']:.3f} ms "
              f"(alone p99 {1e3 * k['alone_p99_s']:.3f})"
              for name, k in control.get("kinds", {}).items()
              if k.get("judged") and k.get("target_s") and k.get("alone_p99_s")]
-    return "\n    the controller's view (request to completion on the device): " + "; ".join(parts) if parts else ""
+    start = "arrival" if lc_arrival else "request"
+    return f"\n    the controller's view ({start} to completion on the device): " + "; ".join(parts) if parts else ""
 
 
 def format_repeats(rows: List[Dict[str, Any]]) -> str:

@@ -112,7 +112,7 @@ class Runner:
             started = time.perf_counter()
             if watched:
                 self._running[threading.get_ident()] = (job.name, started)
-            self._arrival.t = arrival
+            self._arrival.t = min(arrival, started)  # (a sleep never wakes early, but arrived= refuses the future)
             launch()
             if watched:
                 del self._running[threading.get_ident()]
@@ -262,6 +262,7 @@ class Runner:
             row["stalls"] = [dict(d, at_s=d["at_s"] - t0) for d in stalls]  # at_s: from the window's start
         if control is not None:
             row["control"] = control
+            row["lc_arrival"] = self.lc_arrival  # what the controller timed its LC jobs from
         if slicing is not None:
             row["be_slicing"] = slicing
         return row
