@@ -253,7 +253,8 @@ class LatencyController {
   // Sets a kind's target (absolute when p99_s is given, else ratio x alone p99).
   void set_target(const std::string& kind, LatencyTarget target);
   // One completed LC job of `kind` that took `latency_s` (from its request, or from its
-  // arrival where the caller gave one); `alone` when no BE work ran on the device in that time. `now_s` is any monotonic clock in seconds.
+  // arrival where the caller gave one); `alone` when no BE work ran on the device in that
+  // time. `now_s` is any monotonic clock in seconds.
   // `settled` when the job ran wholly under the current step, with no BE work on the device
   // that an earlier step let in (work queued before a change runs as that step said: a
   // partition's streams, slices already cut): only such jobs enter the step's record, which
