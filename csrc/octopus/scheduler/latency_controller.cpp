@@ -567,11 +567,12 @@ void LatencyController::withdraw_stale_report(Kind& k, double target) {
   const bool fell = target < k.judged_target_s / (1.0 + kReportTargetMove);
   const bool now_above_alone =
       k.below_alone && k.alone_p99_s && (1.0 + kReportTargetMove) * *k.alone_p99_s <= target;
-  if (!rose && !fell && !now_above_alone) return;
+  const bool stale = rose || now_above_alone;
+  if (!stale && !fell) return;
   k.judged_target_s = target;
   // A target missed while it was looser is missed still: a fall keeps a report, and restarts
   // only a count toward one (its jobs were judged against the looser target).
-  if (fell && !rose && !now_above_alone && k.infeasible) return;
+  if (!stale && k.infeasible) return;
   k.at_top = k.over_at_top = 0;
   if (!k.infeasible) return;
   // Not yet taken reports of it go too; a warning already given stays given.

@@ -25,7 +25,7 @@ struct LeaseGrant {
   double waited_s = 0.0;
   bool queued = false;  // it was not granted on arrival
   double requested_us = 0.0;
-  double arrived_us = 0.0;  // requested_us less the request's waited_s: where its latency counts from
+  double arrived_us = 0.0;  // requested_us less the request's waited_before_s: where its latency counts from
   double granted_us = 0.0;
   double deadline_us = -1.0;  // negative: none
   std::shared_ptr<ReleaseEvent> previous_release;

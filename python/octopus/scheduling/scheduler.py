@@ -302,7 +302,7 @@ class StreamScheduler:
         now. Raises :class:`LeaseTimeout` naming the limit that was hit,
         :class:`DeadlineMissed` where the deadline cannot be met.
         """
-        arrived = None if arrived is None else parse_arrived(arrived)
+        arrived = None if arrived is None else parse_arrived(arrived)  # (no call on the common path)
         if (shape is None and timeout is DEFAULT and device is None and bytes == 0 and deadline is None
                 and best_effort is False):
             # The common call (a kind and a priority) skips the other arguments' parsing: acquire +
