@@ -8,6 +8,7 @@ The "ci" profile (the default) is derandomized: the same examples on every run, 
 run is reproducible. ``HYPOTHESIS_PROFILE=thorough`` draws 1000 per test, at random.
 """
 
+import math
 import os
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 import octopus
 from conftest import random_batch, reference_plan_rows
-from octopus.scheduling.slicing import HOST_FACTOR, SliceSizer, count_slices, item_ranges
+from octopus.scheduling.slicing import HOST_FACTOR, SliceSizer, count_slices, item_ranges, size_on_grid
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -382,8 +383,24 @@ def slice_sizers(draw, total, exact=()):
         return SliceSizer(None, budget, lambda: None, total), lambda i: first * 2 ** i
     rate = draw(st.floats(1e-12, 1e-3))
     host = draw(st.one_of(st.none(), st.floats(1e-6, 1e-2)))
-    want = max(1, int(max(budget, HOST_FACTOR * host if host is not None else 0.0) / rate))
+    want = size_on_grid(max(1, int(budget / rate)))  # the budget's, rounded down
+    if host is not None:  # no fewer than the host's floor, rounded up
+        want = max(want, size_on_grid(max(1, math.ceil(HOST_FACTOR * host / rate)), up=True))
     return SliceSizer(None, budget, lambda: rate, total, lambda: host), lambda i: want
+
+
+@given(units=st.integers(1, 2**62), more=st.integers(0, 2**40))
+def test_sizes_on_the_grid_are_few_an_octave_and_under_a_fifth_below(units, more):
+    size = size_on_grid(units)
+    assert 1 <= size <= units and 5 * size > 4 * units  # rounded down, by less than 20%
+    assert size < 8 or size >> (size.bit_length() - 3) << (size.bit_length() - 3) == size  # 3 significant bits
+    assert size_on_grid(size) == size and size_on_grid(units + more) >= size  # on it; monotonic
+    above = size_on_grid(units, up=True)  # rounded up, by less than 25%, onto the same grid
+    assert units <= above and 4 * above < 5 * units + 4 and size_on_grid(above) == above
+    assert above == size or above == size_on_grid(size + size // 4 if size >= 8 else size + 1)
+    octave = 1 << (units.bit_length() - 1)  # [octave, 2 * octave) holds units
+    assert len({size_on_grid(u) for u in range(octave, 2 * octave)} if octave <= 4096 else
+               {size_on_grid(octave * k // 8) for k in range(8, 16)}) == min(octave, 4)
 
 
 @given(total=st.integers(0, 10**6), data=st.data())

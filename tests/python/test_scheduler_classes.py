@@ -224,6 +224,19 @@ def test_slices_of_a_count():
         assert [(s.start, s.stop) for s in lease.slices(6400, budget=0.01)][:3] == [(0, 100), (100, 300), (300, 700)]
 
 
+def test_slice_sizes_from_a_moving_measurement_repeat():
+    # A GEMM's first launch at a new row count cost up to 3.6 ms of host time (cuBLAS picks its
+    # kernel per shape); sized straight from a time per unit that moves by a few percent, nearly
+    # every slice was a new count. On the grid, a few sizes serve them all.
+    g = torch.Generator().manual_seed(0)
+    rates = (2e-7 * (1 + 0.1 * torch.rand(1000, generator=g))).tolist()  # 2.0e-7 to 2.2e-7 s per row
+    it = iter(rates)
+    sizer = SliceSizer(None, 1e-3, lambda: next(it), 10**9)
+    sizes = [sizer.next() for _ in rates]
+    assert len({int(1e-3 / r) for r in rates}) > 300  # what each measurement alone would ask
+    assert len(set(sizes)) <= 2 and all(4000 <= s <= 1e-3 / r for s, r in zip(sizes, rates)), sorted(set(sizes))
+
+
 @pytest.mark.parametrize("host_ms,device_us_per_unit", [(0.5, 0.01), (3.0, 1.0), (0.05, 0.001)])
 def test_slice_sizes_do_not_collapse_where_the_host_is_slow(host_ms, device_us_per_unit):
     # Where the stream idles between slices, a slice's measured device time includes its
