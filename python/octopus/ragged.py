@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import torch
@@ -13,9 +12,6 @@ from . import _library  # noqa: F401  (registers torch.ops.octopus)
 from ._messages import describe, format_shape
 from ._registrations import call_op
 from .strategies import PLAN_STRATEGIES, TABLE_STRATEGIES, check_strategy, resolve_block_elems
-
-# Parts a batch keeps from narrow_items (the most recently asked for).
-_PARTS_KEPT = 256
 
 
 class RaggedBatch:
@@ -55,7 +51,6 @@ class RaggedBatch:
         self._sizes = sizes
         self._host_layout: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
         self._metadata: Dict[Tuple[Any, ...], torch.Tensor] = {}
-        self._parts: "OrderedDict[Tuple[int, int], RaggedBatch]" = OrderedDict()
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -210,24 +205,15 @@ class RaggedBatch:
         out._values, out._offsets, out._sizes = values, self._offsets, self._sizes
         out._host_layout = self._host_layout
         out._metadata = self._metadata
-        out._parts = OrderedDict()  # (views of the other values)
         return out
 
     def narrow_items(self, start: int, stop: int) -> "RaggedBatch":
         """Items ``start`` to ``stop - 1`` as a batch of their own whose values are a view
-        of this batch's (no copy of the elements; the offsets are rebased where they live).
-
-        The batch keeps the last 256 parts it made and gives the same one again for the same
-        range: work sliced by items (:meth:`~octopus.Lease.item_slices`) cuts the same ranges pass after
-        pass, and a part kept keeps its block plans."""
+        of this batch's (no copy of the elements; the offsets are rebased where they live)."""
         m = len(self)
         if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start <= stop <= m:
             raise ValueError(f"narrow_items needs 0 <= start <= stop <= {m} (num_items), got start={start!r}, "
                              f"stop={stop!r}")
-        kept = self._parts.get((start, stop))
-        if kept is not None:
-            self._parts.move_to_end((start, stop))
-            return kept
         offsets, sizes = self.host_layout()
         begin, end = int(offsets[start]), int(offsets[stop])
         host_offsets = offsets[start:stop + 1] - begin
@@ -236,9 +222,6 @@ class RaggedBatch:
         out = RaggedBatch(self._values[begin:end], self._offsets[start:stop + 1] - begin, self._sizes[start:stop],
                           validate=False)
         out._host_layout = (host_offsets, host_sizes)
-        self._parts[(start, stop)] = out
-        if len(self._parts) > _PARTS_KEPT:
-            self._parts.popitem(last=False)
         return out
 
     def to(self, device: torch.device | str | int | None = None, dtype: torch.dtype | None = None,

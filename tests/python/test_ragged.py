@@ -202,25 +202,6 @@ def test_narrow_items_is_a_view_of_the_items(device, start, stop):
         assert batch.values[int(batch.offsets[start]):int(batch.offsets[stop])].eq(-1).all()
 
 
-def test_narrow_items_gives_a_range_it_cut_lately_again_with_its_plans(device):
-    batch = octopus.RaggedBatch.from_tensors([torch.rand(int(n), device=device) for n in range(1, 301)])
-    part = batch.narrow_items(10, 20)
-    plan = part.plan(64)
-    assert batch.narrow_items(10, 20) is part and part.plan(64) is plan  # kept, and its plan with it
-    assert batch.narrow_items(10, 21) is not part  # another range: another part
-    for start in range(256):  # 256 parts asked for since: the least recent goes
-        batch.narrow_items(start, start + 1)
-    assert batch.narrow_items(10, 20) is not part
-    again = batch.narrow_items(10, 20)
-    assert again is batch.narrow_items(10, 20) and torch.equal(again.offsets, part.offsets)
-    for got, want in zip(again.unbind(), part.unbind()):
-        assert got.data_ptr() == want.data_ptr()  # the same views
-    doubled = batch.with_values(batch.values * 2)  # its parts view its own values
-    torch.testing.assert_close(doubled.narrow_items(10, 20).values, part.values * 2, rtol=0, atol=0)
-    out = octopus.affine(part, torch.full((10,), 2.0, device=device), torch.zeros(10, device=device))
-    torch.testing.assert_close(out.values, part.values * 2, rtol=0, atol=0)  # a kept part still computes
-
-
 @pytest.mark.parametrize("start,stop", [(-1, 2), (3, 2), (0, 6), (0.0, 1)])
 def test_narrow_items_rejects_bad_ranges(start, stop):
     batch = octopus.RaggedBatch.from_tensors([torch.rand(3)] * 5)

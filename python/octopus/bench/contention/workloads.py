@@ -146,9 +146,16 @@ def _ragged(device: torch.device, total: int, sizes_of: Callable[[int], torch.Te
 
 def _per_part(batch: octopus.RaggedBatch,
               op: Callable[[octopus.RaggedBatch, int, int], object]) -> Callable[[int, int], object]:
-    """``launch(i0, i1)``: ``op`` over items [i0, i1) of ``batch`` (the batch keeps the parts
-    it cut, and each its plan, from one product to the next)."""
-    return lambda i0, i1: op(batch.narrow_items(i0, i1), i0, i1)
+    """``launch(i0, i1)``: ``op`` over items [i0, i1) of ``batch``, each range cut once (a part
+    keeps its plan from one product to the next, as a real job's fixed batch would)."""
+    parts: Dict[Tuple[int, int], octopus.RaggedBatch] = {}
+
+    def launch(i0: int, i1: int) -> object:
+        part = parts.get((i0, i1))
+        if part is None:
+            part = parts[(i0, i1)] = batch.narrow_items(i0, i1)
+        return op(part, i0, i1)
+    return launch
 
 
 FAMILIES: Dict[str, Callable[[torch.device, float], Tuple[List[LCJob], List[BEJob]]]] = {
