@@ -37,8 +37,8 @@ def size_on_grid(units: int, up: bool = False) -> int:
     (cuBLAS) pay for each new one: on an H200 an fp16 GEMM of 8192 columns took 0.14 ms of host
     time at the median (up to 3.6 ms) at a row count it had not seen, 26 us again. Sizes
     computed from a measured time per unit, which moves a little with every slice, would
-    rarely repeat, and the host's time per slice, and with it the budget, would grow until the
-    slices stopped protecting anything."""
+    rarely repeat, and every such cost counts in the host's time per slice that the budget is
+    raised to."""
     if units < 8:
         return units
     shift = units.bit_length() - 3
@@ -47,12 +47,13 @@ def size_on_grid(units: int, up: bool = False) -> int:
 
 
 class SliceSizer:
-    """The size of the next slice: ``size`` units, or as many as fit in ``budget`` seconds at
-    the measured ``seconds_per_unit()`` rounded down by :func:`size_on_grid`, but no fewer
-    than fit in ``HOST_FACTOR`` times ``host_seconds()`` (the host's time per slice, where
-    known) rounded up (while nothing is measured, probes growing from 1/64 of the work), or
-    everything where neither is given. ``budget`` may be a function, asked before every slice
-    (the latency controller's slice length; None from it: everything left)."""
+    """The size of the next slice: ``size`` units; or, with ``budget`` seconds, probes growing
+    from 1/64 of the work while nothing is measured, then as many units as fit in the budget at
+    the measured ``seconds_per_unit()`` rounded down by :func:`size_on_grid`, but no fewer than
+    fit in ``HOST_FACTOR`` times ``host_seconds()`` (the host's time per slice, where known)
+    rounded up; or everything where neither is given. ``budget`` may be a function, asked
+    before every slice (the latency controller's slice length; None from it: everything
+    left)."""
 
     def __init__(self, size: Optional[int], budget: float | Callable[[], Optional[float]] | None,
                  seconds_per_unit: Callable[[], Optional[float]], total: int,
