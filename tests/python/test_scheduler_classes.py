@@ -226,8 +226,8 @@ def test_slices_of_a_count():
 
 def test_slice_sizes_from_a_moving_measurement_repeat():
     # A GEMM's first launch at a new row count cost up to 3.6 ms of host time (cuBLAS picks its
-    # kernel per shape); sized straight from a time per unit that moves by a few percent, nearly
-    # every slice was a new count. On the grid, a few sizes serve them all.
+    # kernel per shape); sized straight from a time per unit that moves by up to 10%, 1000
+    # slices would ask for hundreds of counts. On the grid, a few sizes serve them all.
     g = torch.Generator().manual_seed(0)
     rates = (2e-7 * (1 + 0.1 * torch.rand(1000, generator=g))).tolist()  # 2.0e-7 to 2.2e-7 s per row
     it = iter(rates)
