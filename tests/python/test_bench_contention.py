@@ -133,6 +133,20 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     assert report.format_table(rows).splitlines()[2].endswith("descents 1 (1 from steps over target)")
 
 
+def test_a_lease_row_says_how_the_scheduler_measured_each_be_jobs_slices():
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0, "y": 5.0}),
+            row("sliced", "sweep", {"a": [1.2] * 100}, {"x": 9.0, "y": 5.0})]
+    rows[2]["be_slicing"] = dict(x=dict(seconds_per_unit=8.34e-7, host_seconds_per_slice=4.066e-3),
+                                 y=dict(seconds_per_unit=None, host_seconds_per_slice=None))  # never sliced
+    report.summarize(rows)
+    lines = report.format_table(rows).splitlines()
+    assert lines[3] == "    BE slices, by the scheduler's measure: x host 4.066 ms a slice, device 8.34e-07 s a unit"
+    rows[2]["be_slicing"]["y"] = dict(seconds_per_unit=2.6e-12, host_seconds_per_slice=None)
+    assert report.format_table(rows).splitlines()[3].endswith("; y device 2.6e-12 s a unit")
+    rows[2]["be_slicing"] = dict(x=dict(seconds_per_unit=None, host_seconds_per_slice=None))
+    assert len(report.format_table(rows).splitlines()) == 3  # nothing measured: no line
+
+
 def test_repeated_runs_say_how_often_each_mode_met_each_target():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
             row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0}),   # meets both, BE 90%

@@ -86,7 +86,8 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
                      f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control"))
                      + _controller_steps(r.get("control"))
-                     + _controller_view(r.get("control"), r.get("lc_arrival", False)))
+                     + _controller_view(r.get("control"), r.get("lc_arrival", False))
+                     + _be_slicing(r.get("be_slicing")))
     return "\n".join(lines)
 
 
@@ -163,6 +164,22 @@ def _controller_view(control: Optional[Dict[str, Any]], lc_arrival: bool = False
              if k.get("judged") and k.get("target_s") and k.get("alone_p99_s")]
     start = "arrival" if lc_arrival else "request"
     return f"\n    the controller's view ({start} to completion on the device): " + "; ".join(parts) if parts else ""
+
+
+def _be_slicing(slicing: Optional[Dict[str, Any]]) -> str:
+    """A line under a lease mode: each BE job's slices as the scheduler measured them, the
+    host's time per slice (checkpoint to checkpoint: the launch and, in Python, GIL waits) and
+    the device's per unit. A slice's budget is raised to twice that host time, so where it is
+    large the slices hold little back (a GEMM measured at 4 ms a slice on an H200 ran in whole
+    products)."""
+    parts = []
+    for name, measured in (slicing or {}).items():
+        host, per_unit = measured.get("host_seconds_per_slice"), measured.get("seconds_per_unit")
+        if host is None and per_unit is None:
+            continue
+        parts.append(f"{name} " + ", ".join(([f"host {1e3 * host:.3f} ms a slice"] if host is not None else []) +
+                                            ([f"device {per_unit:.3g} s a unit"] if per_unit is not None else [])))
+    return "\n    BE slices, by the scheduler's measure: " + "; ".join(parts) if parts else ""
 
 
 def format_repeats(rows: List[Dict[str, Any]]) -> str:
