@@ -303,7 +303,8 @@ void bind_scheduler(py::module_& m) {
       // No GIL release: returning a lease never waits (the scheduler lock is held briefly).
       // The event is read from release_event, so the common path creates no Python object.
       .def("release", [](sched::Lease& l) { l.release(); })
-      .def("checkpoint", &sched::Lease::checkpoint, py::arg("units"), py::call_guard<py::gil_scoped_release>());
+      .def("checkpoint", &sched::Lease::checkpoint, py::arg("units"), py::call_guard<py::gil_scoped_release>())
+      .def("end_slice", &sched::Lease::end_slice);
 
   py::class_<sched::StreamScheduler>(m, "StreamScheduler")
       .def(py::init([](const sched::SchedulerConfig& config, const std::string& backend, int simulated_devices,

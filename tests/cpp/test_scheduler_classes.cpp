@@ -406,6 +406,65 @@ TEST(SchedulerClasses, ASliceLaunchedBehindItsHoldersLastIsToldFromOneOnAnIdleSt
   EXPECT_FALSE(timings[1].queued_behind);
 }
 
+TEST(SchedulerClasses, ALastSliceIsMeasuredOnceItHasFinishedWithoutWaitingForIt) {
+  auto backend = std::make_shared<SimulatedBackend>(1);
+  backend->set_manual_events(true);
+  auto events = std::make_shared<detail::EventPool>(backend, std::vector<int>{0});
+  detail::InFlightWindow window(events, 0, nullptr);
+  window.end_slice(true);  // no slice open: nothing to end
+  EXPECT_EQ(window.size(), 0u);
+  window.start_slice(10.0);
+  window.end_slice(true);
+  EXPECT_EQ(window.size(), 1u);
+  EXPECT_TRUE(window.take_finished().empty());  // still on the device, and nothing waited for it
+  EXPECT_EQ(window.size(), 1u);
+  backend->complete_events(0, backend->pending_events(0));
+  std::vector<detail::SliceTiming> timings = window.take_finished();
+  ASSERT_EQ(timings.size(), 1u);
+  EXPECT_FALSE(std::isnan(timings[0].host_s));
+  EXPECT_EQ(window.size(), 0u);
+  window.start_slice(10.0);
+  window.end_slice(false);  // as a release ends it: the device's time only
+  backend->complete_events(0, backend->pending_events(0));
+  timings = window.take_finished();
+  ASSERT_EQ(timings.size(), 1u);
+  EXPECT_TRUE(std::isnan(timings[0].host_s));
+}
+
+TEST(SchedulerClasses, SlicesAsLongAsTheWholeWorkAreMeasuredToo) {
+  // One slice a lease (the host's time per slice once raised slices to the whole work): each
+  // is measured after its lease is returned, at a later checkpoint, so the estimates that
+  // sized it can still move.
+  SchedulerConfig c = leases(4);
+  c.best_effort_in_flight = 1;
+  auto f = make(c);
+  for (int i = 0; i < 3; ++i) {
+    Lease whole = f.scheduler->acquire(best_effort("whole"));
+    whole.checkpoint(10.0);
+    std::this_thread::sleep_for(5ms);  // the host launches it, the "device" runs it meanwhile
+    whole.end_slice();
+    whole.release();
+    if (i == 0) EXPECT_FALSE(f.scheduler->seconds_per_unit("whole").has_value());  // taken at a later checkpoint
+  }
+  {
+    Lease released = f.scheduler->acquire(best_effort("ended by its release"));
+    released.checkpoint(10.0);
+    std::this_thread::sleep_for(5ms);
+  }
+  Lease other = f.scheduler->acquire(best_effort("other"));
+  other.checkpoint(1.0);
+  const std::optional<double> rate = f.scheduler->seconds_per_unit("whole");
+  ASSERT_TRUE(rate.has_value());
+  EXPECT_GE(*rate, 4e-4);  // 5 ms / 10 units
+  EXPECT_LT(*rate, 0.1);
+  const std::optional<double> host = f.scheduler->host_seconds_per_slice("whole");
+  ASSERT_TRUE(host.has_value());
+  EXPECT_GE(*host, 0.004);
+  EXPECT_LT(*host, 1.0);
+  EXPECT_TRUE(f.scheduler->seconds_per_unit("ended by its release").has_value());
+  EXPECT_FALSE(f.scheduler->host_seconds_per_slice("ended by its release").has_value());
+}
+
 TEST(SchedulerClasses, IdleStartSlicesOnlyLowerTheTimePerUnit) {
   detail::SampleWindow behind(32), idle(32);
   EXPECT_FALSE(detail::estimate_seconds_per_unit(behind, idle).has_value());

@@ -36,23 +36,38 @@ void InFlightWindow::mark() {
   next_queued_behind_ = false;
 }
 
+void InFlightWindow::end_slice(bool host_known) {
+  if (!next_start_) return;
+  mark();
+  if (!host_known) marks_.back().host_s = std::numeric_limits<double>::quiet_NaN();
+}
+
+void InFlightWindow::pop_finished(std::vector<SliceTiming>& timings) {
+  const Mark m = marks_.front();
+  marks_.pop_front();
+  if (m.start) {
+    if (m.units > 0.0) {
+      const double took = pool_->backend().elapsed_s(device_, m.start, m.end);  // NaN: no device clock
+      timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s,
+                                    m.queued_behind});
+    }
+    pool_->give_back(device_, m.start, true);
+  }
+  pool_->give_back(device_, m.end, true);
+}
+
 std::vector<SliceTiming> InFlightWindow::wait_until_at_most(std::size_t unfinished) {
   std::vector<SliceTiming> timings;
-  DeviceBackend& backend = pool_->backend();
   while (marks_.size() > unfinished) {
-    const Mark m = marks_.front();
-    backend.synchronize_event(device_, m.end);
-    marks_.pop_front();
-    if (m.start) {
-      if (m.units > 0.0) {
-        const double took = backend.elapsed_s(device_, m.start, m.end);  // NaN: no device clock
-        timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s,
-                                      m.queued_behind});
-      }
-      pool_->give_back(device_, m.start, true);
-    }
-    pool_->give_back(device_, m.end, true);
+    pool_->backend().synchronize_event(device_, marks_.front().end);
+    pop_finished(timings);
   }
+  return timings;
+}
+
+std::vector<SliceTiming> InFlightWindow::take_finished() {
+  std::vector<SliceTiming> timings;
+  while (!marks_.empty() && pool_->backend().event_done(device_, marks_.front().end)) pop_finished(timings);
   return timings;
 }
 

@@ -9,7 +9,11 @@
 // ends; one launched onto an idle stream (every slice of a holder kept to one in flight) also
 // counts its wait for SMs that other streams' kernels hold: each is marked as which. Each slice's
 // host time (from its start to the next checkpoint: launching it, and any wait for the GIL) is
-// measured too: slices are kept longer than it (policy.h, KindModel).
+// measured too: slices are kept longer than it (policy.h, KindModel). A lease's last slice
+// ends where its holder says (Lease::end_slice: the slicing helpers, when their work is
+// queued) or at the release; its window then lives on, unwaited, until the slice has
+// finished (take_finished, from later checkpoints): without it, slices as long as the whole
+// work would never be measured, and an estimate that had grown them so would never move.
 #pragma once
 
 #include <chrono>
@@ -24,7 +28,7 @@ namespace octopus::scheduler::detail {
 // What one finished slice measured.
 struct SliceTiming {
   double seconds_per_unit;  // device time per unit (NaN: the backend has no device clock)
-  double host_s;            // the host's time from its start to the next checkpoint
+  double host_s;            // the host's time from its start to the next checkpoint (NaN: not known)
   bool queued_behind;       // launched while the holder's previous slice was unfinished
 };
 
@@ -40,10 +44,15 @@ class InFlightWindow {
   // Records an event on the stream: the end of the slice started by start_slice (or of the
   // work before the first one).
   void mark();
+  // Ends the slice started by start_slice, if one is open: mark() with its host time up to now
+  // where `host_known` (else NaN: the release of a lease ends it, after host work of any kind).
+  void end_slice(bool host_known);
   // Blocks until at most `unfinished` marked slices are still queued or running; returns what
   // each slice started by start_slice measured, for those finished on the way. The caller
   // must not hold the scheduler's lock.
   std::vector<SliceTiming> wait_until_at_most(std::size_t unfinished);
+  // What each finished slice measured, waiting for none (in the order they were marked).
+  std::vector<SliceTiming> take_finished();
   // The next slice, of `units` of work, is launched from now: records its start event.
   void start_slice(double units);
   // Later events go on `stream` (the lease moved there, after its work so far).
@@ -59,6 +68,8 @@ class InFlightWindow {
     bool queued_behind;
   };
   EventHandle record();  // a timed event of the pool, recorded on the stream now
+  // Takes the oldest mark (finished) off the window, adding what it measured to `timings`.
+  void pop_finished(std::vector<SliceTiming>& timings);
 
   std::shared_ptr<EventPool> pool_;
   int device_;

@@ -450,6 +450,11 @@ void State::add_slice_timings(const std::string& kind, const std::vector<SliceTi
   if (!timings.empty()) detail::add_slice_timings(kinds[kind], timings, Clock::now());
 }
 
+void State::keep_ended_window(std::string kind, std::unique_ptr<InFlightWindow> window) {
+  if (ended_windows.size() >= kEndedWindows) ended_windows.erase(ended_windows.begin());
+  ended_windows.emplace_back(std::move(kind), std::move(window));
+}
+
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
                                  const std::function<void()>& drain) {
   DeviceState& d = devices[static_cast<std::size_t>(index_of(g.device))];

@@ -39,6 +39,9 @@ constexpr std::size_t kClassWindow = 4096;
 // best-effort work earlier settings let in (State::settled): well past the drain of the two
 // units or slices a holder keeps in flight.
 constexpr double kSettleBoundS = 0.1;
+// Returned best-effort leases whose last slices are kept for measuring (keep_ended_window):
+// a few per holder thread, more than enough.
+constexpr std::size_t kEndedWindows = 16;
 
 uint64_t this_thread_id();
 // A timeline entry of `type` for the lease `g`, on the calling thread (times left for the caller).
@@ -74,6 +77,8 @@ struct State {
   uint64_t next_lease_id = 1;
   uint64_t slot_clock = 0;
   KindTable kinds;
+  // Windows keep_ended_window keeps, with their kinds.
+  std::vector<std::pair<std::string, std::unique_ptr<InFlightWindow>>> ended_windows;
   SchedulerStats counters;
   std::array<SampleWindow, kWorkClasses> waits{SampleWindow(kClassWindow), SampleWindow(kClassWindow),
                                                SampleWindow(kClassWindow)};
@@ -136,13 +141,16 @@ struct State {
   // A waiter that gives up (timeout or deadline): out of the queue, counted, traced.
   void give_up(Waiter& w, bool deadline_passed);
   void add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings);
+  // Keeps the in-flight window of a returned best-effort lease of `kind` until its last
+  // slices have finished (later checkpoints take what they measured: in_flight.h); past
+  // kEndedWindows the oldest is dropped unmeasured.
+  void keep_ended_window(std::string kind, std::unique_ptr<InFlightWindow> window);
   // Blocks a best-effort holder while its device's latency-critical work (or a probe)
   // throttles it, at most best_effort_max_pause_s; returns the seconds it paused. During a
   // probe the holder first runs `drain` (without the lock): it waits until none of its work
   // is left on the device.
   double pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
                             const std::function<void()>& drain);
-  // The stream a best-effort lease of pool slot `slot` runs on under `d`'s control now.
   // The stream of best-effort slot `slot` for work of `kind`: on the partition its control keeps.
   StreamHandle best_effort_stream(const DeviceState& d, int slot, const std::string& kind) const;
   // How best-effort work of `kind` runs on `d` now (released kinds: d.released_control).

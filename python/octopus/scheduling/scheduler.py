@@ -151,6 +151,7 @@ class Lease:
                 self._lease.checkpoint(float(part.stop - part.start))
                 follow()
                 yield part
+            self._lease.end_slice()
 
     def item_slices(self, batch: RaggedBatch, max_elements: int | None = None, *,
                     budget: float | None = None) -> Iterator[Tuple[slice, RaggedBatch]]:
@@ -173,6 +174,7 @@ class Lease:
                 self._lease.checkpoint(float(elements))
                 follow()
                 yield slice(start, stop), batch.narrow_items(start, stop)
+            self._lease.end_slice()
 
     def _seconds_per_unit(self) -> float | None:
         return cast("float | None", self._owner._impl.seconds_per_unit(self.kind))
