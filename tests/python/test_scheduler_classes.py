@@ -295,6 +295,22 @@ def test_slices_as_long_as_the_whole_work_are_measured():
         lease.checkpoint(1)
     host = sched.host_seconds_per_slice("whole batch")
     assert host is not None and 1.5e-3 <= host < 15e-3
+    # A holder's own checkpoints: end_slice ends the last slice, else the release does (then
+    # the host's time is not known: only the device's is measured).
+    for kind, ended in (("ended", True), ("released", False)):
+        with sched.acquire(kind, best_effort=True) as lease:
+            lease.checkpoint(10)
+            time.sleep(2e-3)
+            if ended:
+                lease.end_slice()
+            time.sleep(20e-3)
+        lease.end_slice()  # returned: nothing
+    with sched.acquire("other", best_effort=True) as lease:
+        lease.checkpoint(1)
+    host = sched.host_seconds_per_slice("ended")
+    assert host is not None and 1.5e-3 <= host < 15e-3
+    assert sched.seconds_per_unit("released") is not None
+    assert sched.host_seconds_per_slice("released") is None
 
 
 def test_without_a_size_slices_follow_the_latency_controller():

@@ -132,6 +132,16 @@ class Lease:
         """
         return cast(float, self._lease.checkpoint(float(units)))
 
+    def end_slice(self) -> None:
+        """Ends the slice the last :meth:`checkpoint` started: call it once the last slice is
+        queued, where the holder does more host work before returning the lease. The slice's
+        device time and the host's time per slice are then measured like every other
+        slice's (measured once it has finished, at a later checkpoint; nothing waits for it).
+        Without it the release ends the slice, measuring its device time only. The slicing
+        helpers call it themselves; nothing happens on a lease that was returned or never
+        reached a checkpoint."""
+        self._lease.end_slice()
+
     def slices(self, total: int, size: int | None = None, *, budget: float | None = None) -> Iterator[slice]:
         """``slice(start, stop)`` objects covering ``range(total)``, with a :meth:`checkpoint`
         before each: ``for rows in lease.slices(8192, 512): torch.mm(a[rows], b, out=c[rows])``.
