@@ -213,11 +213,11 @@ def test_slices_of_a_count():
             list(lease.slices(-1, 2))
         with pytest.raises(ValueError, match="budget"):
             list(lease.slices(10, budget=0.0))
-    # From a latency budget and the kind's time per unit (a kind whose slices, measured, would
-    # not move it).
-    sched.set_seconds_per_unit("rows by budget", 1e-3)
-    assert sched.seconds_per_unit("rows by budget") == pytest.approx(1e-3)
-    with sched.acquire("rows by budget", best_effort=True) as lease:
+    # From a latency budget and the kind's time per unit (set: the slices above, measured at
+    # the next checkpoint, do not move it).
+    sched.set_seconds_per_unit("rows", 1e-3)
+    assert sched.seconds_per_unit("rows") == pytest.approx(1e-3)
+    with sched.acquire("rows", best_effort=True) as lease:
         assert list(lease.slices(25, budget=0.0101)) == [slice(0, 10), slice(10, 20), slice(20, 25)]
     # Nothing measured yet: probes from 1/64 of the work, each twice the one before (the
     # first slice is measured once two more are in flight).
@@ -283,34 +283,34 @@ def test_slices_as_long_as_the_whole_work_are_measured():
         with sched.acquire("whole", best_effort=True) as lease:
             for rows in lease.slices(100, 100):
                 time.sleep(2e-3)
-            time.sleep(20e-3)  # after the slices' loop: not the slice's host time
+            time.sleep(0.1)  # after the slices' loop: not the slice's host time
     rate, host = sched.seconds_per_unit("whole"), sched.host_seconds_per_slice("whole")
     assert rate is not None and rate >= 1.5e-3 / 100
-    assert host is not None and 1.5e-3 <= host < 15e-3
+    assert host is not None and 1.5e-3 <= host < 50e-3
     batch = random_batch([(50,), (50,)], "cpu")
     with sched.acquire("whole batch", best_effort=True) as lease:
         for items, part in lease.item_slices(batch):
             time.sleep(2e-3)
+        time.sleep(0.1)
     with sched.acquire("other", best_effort=True) as lease:
         lease.checkpoint(1)
     host = sched.host_seconds_per_slice("whole batch")
-    assert host is not None and 1.5e-3 <= host < 15e-3
-    # A holder's own checkpoints: end_slice ends the last slice, else the release does (then
-    # the host's time is not known: only the device's is measured).
+    assert host is not None and 1.5e-3 <= host < 50e-3
+    # A holder's own checkpoints: end_slice ends the last slice; one still open at the
+    # release is not measured (its holder may not have queued its work).
     for kind, ended in (("ended", True), ("released", False)):
         with sched.acquire(kind, best_effort=True) as lease:
             lease.checkpoint(10)
             time.sleep(2e-3)
             if ended:
                 lease.end_slice()
-            time.sleep(20e-3)
+            time.sleep(0.1)
         lease.end_slice()  # returned: nothing
     with sched.acquire("other", best_effort=True) as lease:
         lease.checkpoint(1)
     host = sched.host_seconds_per_slice("ended")
-    assert host is not None and 1.5e-3 <= host < 15e-3
-    assert sched.seconds_per_unit("released") is not None
-    assert sched.host_seconds_per_slice("released") is None
+    assert host is not None and 1.5e-3 <= host < 50e-3
+    assert sched.seconds_per_unit("released") is None
 
 
 def test_without_a_size_slices_follow_the_latency_controller():

@@ -36,24 +36,28 @@ void InFlightWindow::mark() {
   next_queued_behind_ = false;
 }
 
-void InFlightWindow::end_slice(bool host_known) {
+void InFlightWindow::end_slice() {
+  if (next_start_) mark();
+}
+
+void InFlightWindow::drop_open_slice() noexcept {
   if (!next_start_) return;
-  mark();
-  if (!host_known) marks_.back().host_s = std::numeric_limits<double>::quiet_NaN();
+  pool_->give_back(device_, next_start_, true);
+  next_start_ = nullptr;
+  next_units_ = 0.0;
+  next_queued_behind_ = false;
 }
 
 void InFlightWindow::pop_finished(std::vector<SliceTiming>& timings) {
-  const Mark m = marks_.front();
-  marks_.pop_front();
-  if (m.start) {
-    if (m.units > 0.0) {
-      const double took = pool_->backend().elapsed_s(device_, m.start, m.end);  // NaN: no device clock
-      timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s,
-                                    m.queued_behind});
-    }
-    pool_->give_back(device_, m.start, true);
+  const Mark& m = marks_.front();
+  if (m.start && m.units > 0.0) {  // read before the mark leaves: a throw keeps its events in the window
+    const double took = pool_->backend().elapsed_s(device_, m.start, m.end);  // NaN: no device clock
+    timings.push_back(SliceTiming{took > 0.0 ? took / m.units : std::numeric_limits<double>::quiet_NaN(), m.host_s,
+                                  m.queued_behind});
   }
+  if (m.start) pool_->give_back(device_, m.start, true);
   pool_->give_back(device_, m.end, true);
+  marks_.pop_front();
 }
 
 std::vector<SliceTiming> InFlightWindow::wait_until_at_most(std::size_t unfinished) {

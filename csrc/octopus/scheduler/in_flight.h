@@ -11,9 +11,10 @@
 // host time (from its start to the next checkpoint: launching it, and any wait for the GIL) is
 // measured too: slices are kept longer than it (policy.h, KindModel). A lease's last slice
 // ends where its holder says (Lease::end_slice: the slicing helpers, when their work is
-// queued) or at the release; its window then lives on, unwaited, until the slice has
-// finished (take_finished, from later checkpoints): without it, slices as long as the whole
-// work would never be measured, and an estimate that had grown them so would never move.
+// queued); one still open at the release is dropped unmeasured (its holder may have queued
+// none of its work). The window then lives on, unwaited, until its slices have finished
+// (take_finished, from later checkpoints): without it, slices as long as the whole work would
+// never be measured, and an estimate that had grown them so would never move.
 #pragma once
 
 #include <chrono>
@@ -28,7 +29,7 @@ namespace octopus::scheduler::detail {
 // What one finished slice measured.
 struct SliceTiming {
   double seconds_per_unit;  // device time per unit (NaN: the backend has no device clock)
-  double host_s;            // the host's time from its start to the next checkpoint (NaN: not known)
+  double host_s;            // the host's time from its start to the next checkpoint
   bool queued_behind;       // launched while the holder's previous slice was unfinished
 };
 
@@ -44,9 +45,10 @@ class InFlightWindow {
   // Records an event on the stream: the end of the slice started by start_slice (or of the
   // work before the first one).
   void mark();
-  // Ends the slice started by start_slice, if one is open: mark() with its host time up to now
-  // where `host_known` (else NaN: the release of a lease ends it, after host work of any kind).
-  void end_slice(bool host_known);
+  // Ends the slice started by start_slice, if one is open (mark()).
+  void end_slice();
+  // Drops the slice started by start_slice, if one is open, unmeasured.
+  void drop_open_slice() noexcept;
   // Blocks until at most `unfinished` marked slices are still queued or running; returns what
   // each slice started by start_slice measured, for those finished on the way. The caller
   // must not hold the scheduler's lock.

@@ -28,7 +28,7 @@ void add_slice_timings(KindModel& k, const std::vector<SliceTiming>& timings, Cl
         k.idle_start_rates.add(t.seconds_per_unit);
       }
     }
-    if (!std::isnan(t.host_s)) k.host_slices.add(t.host_s);
+    k.host_slices.add(t.host_s);
   }
   const double since_behind_s = std::chrono::duration<double>(now - k.last_queued_behind).count();
   if (k.queued_behind_rates.size() > 0 && since_behind_s > kQueuedBehindMemoryS) {

@@ -455,6 +455,24 @@ void State::keep_ended_window(std::string kind, std::unique_ptr<InFlightWindow> 
   ended_windows.emplace_back(std::move(kind), std::move(window));
 }
 
+void State::measure_ended_windows() {
+  for (auto it = ended_windows.begin(); it != ended_windows.end();) {
+    bool failed = false;
+    try {
+      add_slice_timings(it->first, it->second->take_finished());
+    } catch (...) {
+      failed = true;
+    }
+    it = failed || it->second->size() == 0 ? ended_windows.erase(it) : it + 1;
+  }
+}
+
+void State::drop_ended_windows(const std::string& kind) {
+  ended_windows.erase(std::remove_if(ended_windows.begin(), ended_windows.end(),
+                                     [&](const auto& w) { return w.first == kind; }),
+                      ended_windows.end());
+}
+
 double State::pause_if_throttled(const LeaseGrant& g, std::unique_lock<std::mutex>& lock,
                                  const std::function<void()>& drain) {
   DeviceState& d = devices[static_cast<std::size_t>(index_of(g.device))];

@@ -142,9 +142,15 @@ struct State {
   void give_up(Waiter& w, bool deadline_passed);
   void add_slice_timings(const std::string& kind, const std::vector<SliceTiming>& timings);
   // Keeps the in-flight window of a returned best-effort lease of `kind` until its last
-  // slices have finished (later checkpoints take what they measured: in_flight.h); past
-  // kEndedWindows the oldest is dropped unmeasured.
+  // slices have finished (in_flight.h); past kEndedWindows the oldest is dropped unmeasured.
   void keep_ended_window(std::string kind, std::unique_ptr<InFlightWindow> window);
+  // Adds what the kept windows' finished slices measured to their kinds, waiting for none;
+  // windows with nothing left go, as does one whose events fail (its measure is lost, not the
+  // checkpoint that looked).
+  void measure_ended_windows();
+  // Drops the kept windows of `kind` unmeasured (a time per unit set for it stands over
+  // slices run before).
+  void drop_ended_windows(const std::string& kind);
   // Blocks a best-effort holder while its device's latency-critical work (or a probe)
   // throttles it, at most best_effort_max_pause_s; returns the seconds it paused. During a
   // probe the holder first runs `drain` (without the lock): it waits until none of its work

@@ -63,11 +63,9 @@ double Lease::checkpoint(double units) {
   if (!(units >= 0.0)) throw std::invalid_argument("octopus StreamScheduler: checkpoint units must be >= 0");
   detail::State& s = *state_;
   int in_flight = 0;
-  std::vector<std::pair<std::string, std::unique_ptr<detail::InFlightWindow>>> ended;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     in_flight = s.control_for(s.device_of(grant_.device), grant_.kind).in_flight;
-    ended.swap(s.ended_windows);
   }
   std::vector<detail::SliceTiming> timings;
   if (in_flight > 0) {
@@ -75,18 +73,12 @@ double Lease::checkpoint(double units) {
     in_flight_->mark();
     timings = in_flight_->wait_until_at_most(static_cast<std::size_t>(in_flight - 1));
   }
-  // Returned leases' last slices (any kind's), where they have finished.
-  std::vector<std::vector<detail::SliceTiming>> ended_timings;
-  for (auto& [kind, window] : ended) ended_timings.push_back(window->take_finished());
   double paused = 0.0;
   StreamHandle stream = grant_.stream;
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     s.add_slice_timings(grant_.kind, timings);
-    for (std::size_t i = 0; i < ended.size(); ++i) {
-      s.add_slice_timings(ended[i].first, ended_timings[i]);
-      if (ended[i].second->size() > 0) s.keep_ended_window(std::move(ended[i].first), std::move(ended[i].second));
-    }
+    s.measure_ended_windows();  // returned leases' last slices (any kind's), where they have finished
     detail::DeviceState& d = s.device_of(grant_.device);
     // What it runs from here (paused or not) follows the control in force then.
     s.best_effort_moved(d, grant_.control_generation);
@@ -138,7 +130,7 @@ void Lease::move_to(StreamHandle stream) {
 }
 
 void Lease::end_slice() {
-  if (in_flight_) in_flight_->end_slice(true);
+  if (in_flight_) in_flight_->end_slice();
 }
 
 std::shared_ptr<ReleaseEvent> Lease::release() {
@@ -148,8 +140,8 @@ std::shared_ptr<ReleaseEvent> Lease::release() {
   std::unique_ptr<detail::InFlightWindow> window = std::move(in_flight_);
   std::shared_ptr<ReleaseEvent> event;
   std::exception_ptr failure;
+  if (window) window->drop_open_slice();
   try {
-    if (window) window->end_slice(false);  // its device time only: the host may have done anything since
     if (grant_.gate_word != nullptr) state->backend->write_gate(grant_.device, grant_.stream, grant_.gate_word, 0);
     EventHandle handle = state->events->take(grant_.device, grant_.timed_release);
     event = std::make_shared<ReleaseEvent>(state->events, grant_.device, handle, grant_.timed_release);
@@ -406,6 +398,7 @@ void StreamScheduler::set_seconds_per_unit(const std::string& kind, double secon
                                 "' must be positive, got " + std::to_string(seconds));
   }
   std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->drop_ended_windows(kind);  // slices run before it do not move it
   detail::set_seconds_per_unit(state_->kinds[kind], seconds, detail::Clock::now());
 }
 

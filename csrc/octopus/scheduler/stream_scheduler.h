@@ -73,8 +73,9 @@ class Lease {
   double checkpoint(double units = 0.0);
   // Ends the slice the last checkpoint started (the slicing helpers call it once the last
   // slice is queued): its device time and the host's time per slice are measured like any
-  // other's. Otherwise the release ends it, measuring its device time only. Nothing on a
-  // lease that was returned or never reached a checkpoint.
+  // other's, once it has finished (at a later checkpoint; nothing waits for it). A slice still
+  // open at the release is not measured. Nothing on a lease that was returned or never
+  // reached a checkpoint.
   void end_slice();
 
   // Records the release event on the stream and returns the stream to the pool.

@@ -134,12 +134,12 @@ class Lease:
 
     def end_slice(self) -> None:
         """Ends the slice the last :meth:`checkpoint` started: call it once the last slice is
-        queued, where the holder does more host work before returning the lease. The slice's
-        device time and the host's time per slice are then measured like every other
-        slice's (measured once it has finished, at a later checkpoint; nothing waits for it).
-        Without it the release ends the slice, measuring its device time only. The slicing
-        helpers call it themselves; nothing happens on a lease that was returned or never
-        reached a checkpoint."""
+        queued. The slice's device time and the host's time per slice are then measured like
+        every other slice's (once it has finished, at a later checkpoint of any best-effort
+        lease; nothing waits for it). A slice still open when the lease is returned is not
+        measured (its holder may not have queued its work). The slicing helpers call it
+        themselves; nothing happens on a lease that was returned or never reached a
+        checkpoint."""
         self._lease.end_slice()
 
     def slices(self, total: int, size: int | None = None, *, budget: float | None = None) -> Iterator[slice]:
