@@ -31,7 +31,7 @@ from .config import SchedulerConfig
 from .executor import LeaseExecutor
 from .gil import check_interval, lower_switch_interval, restore_switch_interval
 from .slicing import SliceSizer, count_slices, item_ranges
-from .streams import record_stream
+from .streams import current_stream_id, record_stream
 
 _C = _library._C
 
@@ -205,15 +205,15 @@ class Lease:
         makes the lease's stream of the moment the current one (it can change at a
         checkpoint); the stream current before comes back at the end."""
         stream = self.stream
-        if stream is None or torch.cuda.current_stream(self.device) != stream:
+        if stream is None or current_stream_id(stream.device_index) != stream.stream_id:
             yield lambda: None
             return
-        device = self.device
+        index = stream.device_index
 
         def follow() -> None:
-            now = self.stream
-            if torch.cuda.current_stream(device) != now:
-                torch.cuda.set_stream(cast(torch.cuda.Stream, now))
+            now = cast(torch.cuda.Stream, self.stream)
+            if current_stream_id(index) != now.stream_id:
+                torch.cuda.set_stream(now)
 
         try:
             yield follow
