@@ -419,7 +419,8 @@ class StreamScheduler:
         return cast("float | None", self._impl.host_seconds_per_slice(kind))
 
     def set_seconds_per_unit(self, kind: str, seconds: float) -> None:
-        """Sets ``kind``'s device seconds per unit (from an earlier measurement)."""
+        """Sets ``kind``'s device seconds per unit (from an earlier measurement). Slices of its
+        returned leases not measured yet are then left out; later slices move it as before."""
         self._impl.set_seconds_per_unit(kind, float(seconds))
 
     def set_target(self, kind: str, p99_ms: float | None = None, *, ratio: float | None = None) -> None:
