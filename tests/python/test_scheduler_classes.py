@@ -523,3 +523,24 @@ def test_best_effort_streams_on_a_green_context_partition():
     lease.release_event.synchronize()
     torch.testing.assert_close(got, expected)
     assert torch.equal(y, expected_y)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and a CUDA build")
+def test_slices_keep_the_leases_stream_current_by_its_id():
+    # The slicing helpers compare stream ids (streams.current_stream_id), not Stream objects:
+    # the id of the lease's stream (an ExternalStream of the pool) is the current one's while
+    # it is current, and each slice runs on it; where another stream is current, they leave it.
+    from octopus.scheduling.streams import current_stream_id
+    sched = octopus.StreamScheduler(2, latency_control=False, best_effort_in_flight=1)
+    index = torch.cuda.current_device()
+    with sched.acquire("rows", best_effort=True) as lease:
+        assert current_stream_id(index) == torch.cuda.current_stream(index).stream_id != lease.stream.stream_id
+        with torch.cuda.stream(lease.stream):
+            assert current_stream_id(index) == lease.stream.stream_id == torch.cuda.current_stream(index).stream_id
+            for _ in lease.slices(4, 1):
+                assert torch.cuda.current_stream(index).stream_id == lease.stream.stream_id
+        other = torch.cuda.Stream()
+        with torch.cuda.stream(other):
+            for _ in lease.slices(4, 1):
+                assert torch.cuda.current_stream(index).stream_id == other.stream_id

@@ -148,8 +148,8 @@ struct State {
   // windows with nothing left go, as does one whose events fail (its measure is lost, not the
   // checkpoint that looked).
   void measure_ended_windows();
-  // Drops the kept windows of `kind` unmeasured (a time per unit set for it stands over
-  // slices run before).
+  // Drops the kept windows of `kind` unmeasured (set_seconds_per_unit: slices of its
+  // returned leases not measured yet are left out).
   void drop_ended_windows(const std::string& kind);
   // Blocks a best-effort holder while its device's latency-critical work (or a probe)
   // throttles it, at most best_effort_max_pause_s; returns the seconds it paused. During a

@@ -398,7 +398,7 @@ void StreamScheduler::set_seconds_per_unit(const std::string& kind, double secon
                                 "' must be positive, got " + std::to_string(seconds));
   }
   std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->drop_ended_windows(kind);  // slices run before it do not move it
+  state_->drop_ended_windows(kind);  // slices of its returned leases not measured yet are left out
   detail::set_seconds_per_unit(state_->kinds[kind], seconds, detail::Clock::now());
 }
 

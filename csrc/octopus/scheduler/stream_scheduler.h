@@ -132,6 +132,8 @@ class StreamScheduler {
   // (estimate_seconds_per_unit, policy.h), or set here from an earlier measurement. Unset
   // before either.
   std::optional<double> seconds_per_unit(const std::string& kind) const;
+  // Sets a kind's device seconds per unit (from an earlier measurement); slices of its
+  // returned leases not measured yet are left out, later slices move it as before.
   void set_seconds_per_unit(const std::string& kind, double seconds);
   // The host's seconds per slice of `kind` (from a checkpoint to the next: launching the
   // slice), the median of the recent slices'; unset before any was measured.
