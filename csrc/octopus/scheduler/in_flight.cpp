@@ -13,7 +13,7 @@ InFlightWindow::~InFlightWindow() {
     if (m.start) pool_->give_back(device_, m.start, true);
     pool_->give_back(device_, m.end, true);
   }
-  if (next_start_) pool_->give_back(device_, next_start_, true);
+  drop_open_slice();
 }
 
 EventHandle InFlightWindow::record() {
@@ -76,10 +76,7 @@ std::vector<SliceTiming> InFlightWindow::take_finished() {
 }
 
 void InFlightWindow::start_slice(double units) {
-  if (next_start_) {  // two starts without a mark between them: the later one counts
-    pool_->give_back(device_, next_start_, true);
-    next_start_ = nullptr;
-  }
+  drop_open_slice();  // two starts without a mark between them: the later one counts
   next_start_ = record();
   // Asked after the start is recorded: a previous slice that ends in between leaves this one
   // marked as queued behind it (an idle-start slice taken as its own time), never the reverse.

@@ -170,8 +170,7 @@ def _be_slicing(slicing: Optional[Dict[str, Any]]) -> str:
     """A line under a lease mode: each BE job's slices as the scheduler measured them, the
     host's time per slice (checkpoint to checkpoint: the launch and, in Python, GIL waits) and
     the device's per unit. A slice's budget is raised to twice that host time, so where it is
-    large the slices hold little back (a GEMM measured at 4 ms a slice on an H200 ran in whole
-    products)."""
+    large the slices hold little back."""
     parts = []
     for name, measured in (slicing or {}).items():
         host, per_unit = measured.get("host_seconds_per_slice"), measured.get("seconds_per_unit")
