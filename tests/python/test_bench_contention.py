@@ -3,6 +3,7 @@ runner on the CPU (the simulated scheduler, tiny workloads), and the command on 
 (where only the lease, checkpoint and Batcher costs are measured)."""
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -190,6 +191,23 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     assert "be_slicing" not in result["modes"][2]  # priority streams: no scheduler
     assert "ragged" in result["lc_alone"]
     assert set(FAMILIES) == {"mlp", "convnet"}
+
+
+def test_a_trace_holds_each_controller_runs_timeline(tmp_path):
+    args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
+                              only=["target 1.5x", "priority"], repeats=1, trace=str(tmp_path / "traces"))
+    result = run_workload("mlp", torch.device("cpu"), args)
+    controller = next(m for m in result["modes"] if m["kind"] == "controller")
+    assert controller["trace"] == "mlp_octopus_latency_control_target_1.5x_0.trace.json.gz"
+    assert sorted(os.listdir(tmp_path / "traces")) == [controller["trace"]]  # controller modes only
+    assert all("trace" not in m for m in result["modes"] if m["kind"] != "controller")
+    with gzip.open(tmp_path / "traces" / controller["trace"], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    # Every BE job's leases, and the controller's settings (on the CPU's simulated device the
+    # LC jobs run without leases).
+    leased = {e["name"] for e in events if e.get("cat") == "lease" and e["args"]["class"] == "best_effort"}
+    assert leased == {"matmul", "ragged"}
+    assert any(e.get("ph") == "C" and e["name"] == "latency control" for e in events)
 
 
 def test_stall_dumps_hold_every_threads_stack_and_name_the_stalled_job():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from typing import Any, Dict, List, Optional
@@ -16,7 +18,7 @@ import octopus
 from ..costs import batcher_overhead, checkpoint_cost, gil_wakeup, lease_overhead
 from ..report import environment
 from . import report
-from .modes import TARGET_RATIOS, interference_modes, modes
+from .modes import TARGET_RATIOS, Mode, interference_modes, modes
 from .runner import Runner
 from .workloads import FAMILIES, BEJob, LCJob
 
@@ -53,6 +55,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lc-arrival", action="store_true",
                    help="LC jobs give acquire their arrival times (arrived=): the controller then times them "
                         "from arrival, as this table does, rather than from acquire")
+    p.add_argument("--trace", default=None, metavar="DIR",
+                   help="record the scheduler's timeline in the controller modes and write each run's, warm-up "
+                        "included, to DIR as gzipped Chrome-trace JSON (a diagnostic: recording adds to every "
+                        "acquire and release)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
     return p
 
@@ -68,11 +74,14 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
             continue
         for repeat in range(1 if mode.kind == "alone" else repeats):
             t0 = time.perf_counter()
+            trace = trace_path(args, name, mode, repeat)
             try:
-                row = runner.run(mode)
+                row = runner.run(mode, trace)
             except Exception as error:  # noqa: BLE001 (recorded: the other modes still run)
                 row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
             row.update(seconds=time.perf_counter() - t0, repeat=repeat)
+            if trace:
+                row["trace"] = os.path.basename(trace)
             rows.append(row)
             summary = report.summarize(rows)
             print(f"[{name}] " + report.format_table([row], summary["oracle"]), flush=True)
@@ -85,6 +94,16 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
         result["interference"] = {job.name: run_interference(name, lc_jobs, job, lc_alone, free_sms, device, args)
                                   for job in be_jobs}
     return result
+
+
+def trace_path(args: argparse.Namespace, workload: str, mode: Mode, repeat: int) -> Optional[str]:
+    """Where a run's timeline goes (``--trace``): controller modes only."""
+    directory = getattr(args, "trace", None)
+    if not directory or mode.kind != "controller":
+        return None
+    os.makedirs(directory, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9.]+", "_", mode.name).strip("_")
+    return os.path.join(directory, f"{workload}_{slug}_{repeat}.trace.json.gz")
 
 
 def run_interference(workload: str, lc_jobs: List[LCJob], job: BEJob, lc_alone: Dict[str, Any], free_sms: List[int],

@@ -11,7 +11,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import gzip
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -188,12 +192,16 @@ class Runner:
 
     # -- a mode -------------------------------------------------------------------------
 
-    def run(self, mode: Mode) -> Dict[str, Any]:
+    def run(self, mode: Mode, trace: Optional[str] = None) -> Dict[str, Any]:
         """The mode's measurements: per LC job its latencies (ms, from arrival), per BE job
-        its products per second, the scheduler's stats where it used one, NVML means."""
+        its products per second, the scheduler's stats where it used one, NVML means. With
+        ``trace`` (a path) and a scheduler, its timeline of the whole run, warm-up included, is
+        written there as gzipped Chrome-trace JSON (the controller's steps, every lease and
+        whether it closed the yield gate, every LC job's latency and target)."""
         sched = None
         if "lease" in (mode.lc, mode.be):
-            sched = octopus.StreamScheduler(4, backend="cuda" if self.cuda else "simulated", **mode.options)
+            options = dict(mode.options, record_timeline=True) if trace else mode.options
+            sched = octopus.StreamScheduler(4, backend="cuda" if self.cuda else "simulated", **options)
         stop = threading.Event()
         threads: List[threading.Thread] = []
         be_done: Dict[str, List[float]] = {}
@@ -238,6 +246,8 @@ class Runner:
             stop.set()
             for t in threads:
                 t.join()
+            if sched is not None and trace:
+                write_trace(sched, trace)
             if sched is not None:  # its control thread must not run on into the next mode
                 sched.close()
             if collecting:
@@ -267,3 +277,11 @@ class Runner:
             row["be_slicing"] = slicing
         return row
 
+
+def write_trace(sched: octopus.StreamScheduler, path: str) -> None:
+    """The scheduler's timeline as gzipped Chrome-trace JSON at ``path``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        plain = os.path.join(scratch, "trace.json")
+        sched.dump_trace(plain)
+        with open(plain, "rb") as f, gzip.open(path, "wb") as out:
+            shutil.copyfileobj(f, out)
