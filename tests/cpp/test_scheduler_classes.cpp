@@ -431,6 +431,51 @@ TEST(SchedulerClasses, ALastSliceIsMeasuredOnceItHasFinishedWithoutWaitingForIt)
   EXPECT_EQ(backend->pending_events(0), 1) << "only the dropped start, recorded";
 }
 
+TEST(SchedulerClasses, ASliceWhoseTimeCannotBeReadStaysInItsWindow) {
+  // Reading a slice's device time throws (a device error): the slice is not lost half-way,
+  // its events stay in the window, and it is measured once its time can be read.
+  auto backend = std::make_shared<SimulatedBackend>(1);
+  auto events = std::make_shared<detail::EventPool>(backend, std::vector<int>{0});
+  detail::InFlightWindow window(events, 0, nullptr);
+  window.start_slice(10.0);
+  window.end_slice();
+  backend->set_elapsed_failure("simulated device error");
+  EXPECT_THROW(window.take_finished(), std::runtime_error);
+  EXPECT_EQ(window.size(), 1u);
+  backend->set_elapsed_failure("");
+  EXPECT_EQ(window.take_finished().size(), 1u);
+  EXPECT_EQ(window.size(), 0u);
+}
+
+TEST(SchedulerClasses, AKeptLastSliceThatCannotBeMeasuredIsDroppedAlone) {
+  // A returned lease's last slice is measured at a later checkpoint of any best-effort
+  // holder. Where its time cannot be read, that checkpoint goes on and the slice is dropped
+  // (not tried again at every checkpoint after); the kind's later slices are measured.
+  SchedulerConfig c = leases(4);
+  c.best_effort_in_flight = 1;
+  auto f = make(c);
+  const auto one_slice = [&](const std::string& kind) {
+    Lease l = f.scheduler->acquire(best_effort(kind));
+    l.checkpoint(10.0);
+    std::this_thread::sleep_for(2ms);
+    l.end_slice();
+    l.release();
+  };
+  const auto checkpoint_of_another = [&] {
+    Lease other = f.scheduler->acquire(best_effort("other"));
+    EXPECT_NO_THROW(other.checkpoint(1.0));
+  };
+  one_slice("unreadable");
+  f.backend->set_elapsed_failure("simulated device error");
+  checkpoint_of_another();
+  f.backend->set_elapsed_failure("");
+  checkpoint_of_another();
+  EXPECT_FALSE(f.scheduler->seconds_per_unit("unreadable").has_value()) << "dropped, not measured later";
+  one_slice("unreadable");
+  checkpoint_of_another();
+  EXPECT_TRUE(f.scheduler->seconds_per_unit("unreadable").has_value());
+}
+
 TEST(SchedulerClasses, SlicesAsLongAsTheWholeWorkAreMeasuredToo) {
   // One slice a lease (the host's time per slice once raised slices to the whole work): each
   // is measured after its lease is returned, at a later checkpoint, so the estimates that

@@ -79,6 +79,7 @@ bool SimulatedBackend::event_done(int, EventHandle event) {
 
 double SimulatedBackend::elapsed_s(int, EventHandle start, EventHandle end) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!elapsed_failure_.empty()) throw std::runtime_error(elapsed_failure_);
   const auto a = events_.find(start), b = events_.find(end);
   if (a == events_.end() || b == events_.end()) return std::numeric_limits<double>::quiet_NaN();
   return std::chrono::duration<double>(b->second.completed_at - a->second.completed_at).count();
@@ -148,6 +149,11 @@ int SimulatedBackend::pending_events(int device) {
 void SimulatedBackend::set_partition_failure(std::string reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   partition_failure_ = std::move(reason);
+}
+
+void SimulatedBackend::set_elapsed_failure(std::string reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  elapsed_failure_ = std::move(reason);
 }
 
 uint32_t* SimulatedBackend::create_gate(int device, int words) {

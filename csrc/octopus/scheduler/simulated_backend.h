@@ -80,6 +80,9 @@ class SimulatedBackend final : public DeviceBackend {
   int pending_events(int device);
   // Makes create_partition fail with this reason (empty: partitions work).
   void set_partition_failure(std::string reason);
+  // Makes elapsed_s throw std::runtime_error with this reason, as reading a CUDA event's time
+  // after a device error does (empty: it works).
+  void set_elapsed_failure(std::string reason);
   int64_t events_recorded() const { return events_recorded_.load(); }
   // Test hook: the streams made so far (those given back and taken again count once).
   std::size_t streams_made() const { return streams_.made_count(); }
@@ -98,6 +101,7 @@ class SimulatedBackend final : public DeviceBackend {
   std::vector<std::optional<double>> utilization_;
   std::vector<std::unordered_map<int, int>> partition_sms_;  // by device: reserve -> SMs
   std::string partition_failure_;
+  std::string elapsed_failure_;
   bool manual_events_ = false;
   // Each record of an event gets a new generation; the event is done once its latest
   // generation has completed.
