@@ -457,6 +457,28 @@ def test_the_trace_says_whether_latency_critical_leases_closed_the_yield_gate(tm
     assert "closed_gate" not in leases["best_effort"]
 
 
+def test_the_trace_says_which_latency_critical_jobs_ran_alone(tmp_path):
+    sched = simulated(record_timeline=True)  # latency control on: LC jobs' latencies are recorded
+
+    def kind():
+        return sched.stats()["devices"][0]["control"]["kinds"].get("urgent", {})
+    with sched.acquire("urgent", priority="high"):
+        pass
+    # Observed before any best-effort lease is granted (a grant before its completion is seen
+    # counts it as not alone).
+    eventually(lambda: kind().get("samples") == 1, "the first LC job observed")
+    with sched.acquire("bg", best_effort=True):
+        with sched.acquire("urgent", priority="high"):
+            pass
+    eventually(lambda: kind().get("samples") == 2, "both LC jobs observed")
+    path = tmp_path / "trace.json"
+    sched.dump_trace(path)
+    latencies = [e["args"] for e in json.loads(path.read_text())["traceEvents"] if e.get("name") == "latency urgent"]
+    assert [a["alone"] for a in latencies] == [1, 0]
+    assert all(a["latency_ms"] >= 0 for a in latencies)
+    assert kind()["alone_samples"] <= 1  # (a kind's first jobs are left out of its alone samples)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(throttle="sometimes"), "throttle"),
     (dict(best_effort_in_flight=-1), "best_effort_in_flight"),

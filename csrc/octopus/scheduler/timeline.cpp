@@ -113,7 +113,7 @@ std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const s
         json << "{\"name\":" << json_string("latency " + e.kind) << ",\"pid\":" << e.device
              << ",\"ph\":\"C\",\"ts\":" << e.released_us << ",\"args\":{\"latency_ms\":" << e.latency_s * 1e3;
         if (e.target_s >= 0.0) json << ",\"target_ms\":" << e.target_s * 1e3;
-        json << "}}";
+        json << ",\"alone\":" << (e.alone ? 1 : 0) << "}}";
         continue;
       case TimelineEntry::Type::Lease:
         break;

@@ -50,7 +50,8 @@ struct TimelineEntry {
 // from grant to release (its class, priority and deadline in the arguments), throttled
 // intervals on the holder's row, a "waiting" row with each wait, timeouts and deadline
 // misses as instants, the latency controller's settings as counters and each
-// latency-critical job's latency (and target) as a counter per kind; `stats` (per-class
+// latency-critical job's latency (its target, and whether it ran alone: no best-effort work on
+// the device) as a counter per kind; `stats` (per-class
 // percentiles, misses, throttled time) goes under otherData.
 std::string chrome_trace_json(const std::vector<TimelineEntry>& entries, const std::string& backend,
                               const SchedulerStats& stats);

@@ -522,7 +522,9 @@ class StreamScheduler:
         for chrome://tracing or https://ui.perfetto.dev: each lease on its stream's row
         (class, priority, deadline; for latency-critical ones ``closed_gate``, whether best-effort
         kernels stepped aside while it was held), waits, throttled pauses, timeouts and
-        deadline misses; the per-class statistics under ``otherData``."""
+        deadline misses; under latency control the controller's settings and each
+        latency-critical job's latency (its target, and ``alone``: no best-effort work on the
+        device) as counters; the per-class statistics under ``otherData``."""
         self._impl.write_trace(str(path))
 
     # -- executor -----------------------------------------------------------------------
