@@ -203,6 +203,7 @@ class Runner:
             options = dict(mode.options, record_timeline=True) if trace else mode.options
             sched = octopus.StreamScheduler(4, backend="cuda" if self.cuda else "simulated", **options)
         stop = threading.Event()
+        trace_error: Optional[str] = None
         threads: List[threading.Thread] = []
         be_done: Dict[str, List[float]] = {}
         errors: List[BaseException] = []
@@ -246,10 +247,14 @@ class Runner:
             stop.set()
             for t in threads:
                 t.join()
-            if sched is not None and trace:
-                write_trace(sched, trace)
-            if sched is not None:  # its control thread must not run on into the next mode
-                sched.close()
+            if sched is not None:
+                try:
+                    if trace:
+                        write_trace(sched, trace)
+                except Exception as error:  # noqa: BLE001 (the run's measurements stand without it)
+                    trace_error = f"{type(error).__name__}: {error}"
+                finally:  # its control thread must not run on into the next mode
+                    sched.close()
             if collecting:
                 gc.enable()
             if self.cuda:
@@ -275,6 +280,8 @@ class Runner:
             row["lc_arrival"] = self.lc_arrival  # what the controller timed its LC jobs from
         if slicing is not None:
             row["be_slicing"] = slicing
+        if trace_error is not None:
+            row["trace_error"] = trace_error
         return row
 
 
