@@ -898,13 +898,12 @@ TEST(LatencyController, ATryEndsWhenLatencyCriticalWorkStops) {
 // Two LC kinds beside memory-bound BE work that yields on the device (the default ladder's
 // steps above the first): "graph"'s latency grows by graph_harm where its leases leave the
 // gate open, "eager"'s by eager_harm (1: the yield does not help it).
-// With eager_tail, that share of eager's jobs (BE work present) take 2 ms, over its target at
-// every step, gate or not.
+// With eager_tail, that share of eager's jobs (BE work present) take tail_latency (2 ms: over
+// its target at every step), gate or not; with its gate open at a step that yields,
+// eager_open_tail more of them.
 struct GatedKinds {
   std::vector<double> slowdown{3.0, 1.2, 1.15, 1.1, 1.05, 1.0, 1.0, 1.0};
   double graph_harm = 1.5, eager_harm = 1.0;
-  // eager's tail: a share of its jobs take tail_latency, whatever the step; with its gate open
-  // (at a step that yields), eager_open_tail more of them.
   double eager_tail = 0.0, eager_open_tail = 0.0, tail_latency = 2e-3;
   std::mt19937 rng{11};
   std::uniform_real_distribution<double> noise{0.95, 1.05};
@@ -988,8 +987,8 @@ TEST(LatencyController, ClosesAKeptGateAgainWhenItLengthensItsKindsTail) {
   // a step: 437 of 9587 jobs over its 1.5x target, where with it closed 60 of 7615 had been.
   // This scripted device's case passes: the real one's cause is not this alone.)
   ControllerOptions options;
-  options.slack = 0.0;  // no steps down: the step stays where the kinds' targets hold
-  options.explore_samples = 1u << 30;
+  options.slack = 0.0;  // no steps down with slack ...
+  options.explore_samples = 1u << 30;  // ... nor to explore: the step stays where the targets hold
   GatedKinds device;
   device.eager_tail = 0.008;
   device.tail_latency = 1.7e-3;  // its target: 1.5x an alone p99 of about 1.05 ms

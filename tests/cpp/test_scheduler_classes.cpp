@@ -447,7 +447,7 @@ TEST(SchedulerClasses, ASliceWhoseTimeCannotBeReadStaysInItsWindow) {
   EXPECT_EQ(window.size(), 0u);
 }
 
-TEST(SchedulerClasses, AKeptLastSliceThatCannotBeMeasuredIsDroppedAlone) {
+TEST(SchedulerClasses, AKeptLastSliceThatCannotBeMeasuredIsDroppedWithoutFailingTheCheckpoint) {
   // A returned lease's last slice is measured at a later checkpoint of any best-effort
   // holder. Where its time cannot be read, that checkpoint goes on and the slice is dropped
   // (not tried again at every checkpoint after); the kind's later slices are measured.

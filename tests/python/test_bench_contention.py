@@ -210,7 +210,7 @@ def test_a_trace_holds_each_controller_runs_timeline(tmp_path):
     assert any(e.get("ph") == "C" and e["name"] == "latency control" for e in events)
 
 
-def test_a_trace_that_cannot_be_written_leaves_the_runs_measurements(tmp_path):
+def test_a_trace_that_cannot_be_written_leaves_the_runs_measurements(tmp_path, capsys):
     traces = tmp_path / "traces"
     (traces / "mlp_octopus_latency_control_target_1.5x_0.trace.json.gz").mkdir(parents=True)  # not a file
     args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
@@ -219,6 +219,8 @@ def test_a_trace_that_cannot_be_written_leaves_the_runs_measurements(tmp_path):
     controller = next(m for m in result["modes"] if m["kind"] == "controller")
     assert "error" not in controller and controller["control"]["enabled"]
     assert "trace" not in controller and controller["trace_error"].startswith("IsADirectoryError")
+    assert "its trace was not written: IsADirectoryError" in capsys.readouterr().err
+    assert sorted(p.name for p in traces.iterdir()) == ["mlp_octopus_latency_control_target_1.5x_0.trace.json.gz"]
 
 
 def test_stall_dumps_hold_every_threads_stack_and_name_the_stalled_job():

@@ -80,7 +80,9 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
             except Exception as error:  # noqa: BLE001 (recorded: the other modes still run)
                 row = dict(name=mode.name, kind=mode.kind, error=f"{type(error).__name__}: {error}")
             row.update(seconds=time.perf_counter() - t0, repeat=repeat)
-            if trace and "trace_error" not in row and "error" not in row:
+            if trace and "trace_error" in row:
+                print(f"[{name}] {mode.name}: its trace was not written: {row['trace_error']}", file=sys.stderr)
+            elif trace and os.path.isfile(trace):  # (a run that raised has one too)
                 row["trace"] = os.path.basename(trace)
             rows.append(row)
             summary = report.summarize(rows)

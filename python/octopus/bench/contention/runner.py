@@ -286,9 +286,15 @@ class Runner:
 
 
 def write_trace(sched: octopus.StreamScheduler, path: str) -> None:
-    """The scheduler's timeline as gzipped Chrome-trace JSON at ``path``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        plain = os.path.join(scratch, "trace.json")
-        sched.dump_trace(plain)
-        with open(plain, "rb") as f, gzip.open(path, "wb") as out:
-            shutil.copyfileobj(f, out)
+    """The scheduler's timeline as gzipped Chrome-trace JSON at ``path``: whole, or not there."""
+    partial = path + ".part"
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            plain = os.path.join(scratch, "trace.json")
+            sched.dump_trace(plain)
+            with open(plain, "rb") as f, gzip.open(partial, "wb") as out:
+                shutil.copyfileobj(f, out)
+        os.replace(partial, path)
+    finally:
+        if os.path.isfile(partial):
+            os.remove(partial)
