@@ -6,7 +6,7 @@ starvation under the controller comes from the device-yield gate: LC alone and B
 then ``--repeats`` rounds of the controller at ``--target`` with ``device_yield`` unset (the
 controller's choice) and ``device_yield=False``, each mode measured as the benchmark measures
 it (its ``Runner``), one table line per run. ``--trace-dir`` also records each controller run's
-scheduler timeline (``record_timeline=True``) and writes it there as Chrome-trace JSON, gzipped:
+scheduler timeline and writes it there as Chrome-trace JSON, gzipped:
 per best-effort kind its leases (``name``), their streams (``tid``) and hold times (``dur``),
 and the controller's steps (the "latency control" counter). ``--yield-off-only`` /
 ``--yield-auto-only`` run one of the two.
@@ -43,8 +43,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         variants = variants[:1] if args.yield_auto_only else variants[1:]
     for repeat in range(args.repeats):
         for k, (name, options) in enumerate(variants):
-            if args.trace_dir:
-                options = dict(options, record_timeline=True)
             run_and_report(runner, Mode(name, "lease", "lease", kind="controller", target_ratio=args.target,
                                         options=options), rows, repeat, args.trace_dir, f"trace_{repeat}_{k}")
     write_rows(args.json, args.workload, rows)

@@ -1,11 +1,10 @@
 """What the scheduler experiments in this folder share (``controller_yield_ab.py``,
 ``throttled_split.py``): the contention benchmark's runs of one mode, each printed as a table
-line as it ends, with the scheduler of the run remembered so that its timeline can be written
-(gzipped Chrome-trace JSON), and the raw rows written at the end."""
+line as it ends, its scheduler's timeline written where asked (gzipped Chrome-trace JSON, by
+the benchmark's ``Runner``), and the raw rows written at the end."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import sys
@@ -13,21 +12,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-import octopus
 from octopus.bench.contention import report
 from octopus.bench.contention.modes import Mode
 from octopus.bench.contention.runner import Runner
 from octopus.bench.contention.workloads import FAMILIES
-
-
-class _Recorded(octopus.StreamScheduler):
-    """The benchmark's scheduler, remembered so that its timeline can be written after a run."""
-
-    last: Optional[octopus.StreamScheduler] = None
-
-    def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
-        _Recorded.last = self
 
 
 def require_jobs(names: Iterable[str], jobs: Sequence[Any], option: str) -> None:
@@ -47,7 +35,6 @@ def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runn
     every share, at Python's 5 ms.)"""
     torch.backends.cuda.matmul.allow_tf32 = True
     sys.setswitchinterval(2e-4)
-    octopus.StreamScheduler = _Recorded  # type: ignore[misc]  # the Runner makes its schedulers through it
     device = torch.device("cuda")
     lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
     if be_names is not None:
@@ -60,21 +47,16 @@ def start(workload: str, be_names: Optional[Sequence[str]] = None) -> Tuple[Runn
 
 def run_and_report(runner: Runner, mode: Mode, rows: List[Dict[str, Any]], repeat: int,
                    trace_dir: Optional[str], trace_name: str) -> None:
-    """Runs ``mode``, appends its row to ``rows``, prints its table line and, with
-    ``trace_dir``, writes the run's scheduler timeline there as ``trace_name``.json.gz (the mode
-    must have been made with ``record_timeline=True`` among its options)."""
-    _Recorded.last = None  # a run that fails before making its scheduler writes no timeline
-    row = runner.run(mode)
+    """Runs ``mode``, appends its row to ``rows`` and prints its table line; with
+    ``trace_dir``, the run's scheduler timeline goes there as ``trace_name``.json.gz."""
+    trace = None
+    if trace_dir:
+        os.makedirs(trace_dir, exist_ok=True)
+        trace = os.path.join(trace_dir, f"{trace_name}.json.gz")
+    row = runner.run(mode, trace)
     row.update(repeat=repeat)
     rows.append(row)
     print(report.format_table([row], report.summarize(rows)["oracle"]), flush=True)
-    if trace_dir and _Recorded.last is not None:
-        os.makedirs(trace_dir, exist_ok=True)
-        path = os.path.join(trace_dir, f"{trace_name}.json")
-        _Recorded.last.dump_trace(path)
-        with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
-            g.write(f.read())
-        os.remove(path)
 
 
 def write_rows(path: Optional[str], workload: str, rows: List[Dict[str, Any]]) -> None:

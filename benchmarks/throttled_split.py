@@ -85,8 +85,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for repeat in range(args.repeats):
         for ms, in_flight in itertools.product(args.slices_ms, args.in_flight):
             options = dict(latency_control=False, reserved_sms=sms, best_effort_in_flight=in_flight,
-                           throttle=args.throttle, device_yield=True,
-                           record_timeline=args.trace_dir is not None)
+                           throttle=args.throttle, device_yield=True)
             name = (f"pinned: partition {sms} + throttle {args.throttle} + slices {ms:g} ms, "
                     f"in-flight {in_flight} + yield")
             name += "".join(f", {kind}={f:g}" for kind, f in scales.items())
