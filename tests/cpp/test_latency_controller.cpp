@@ -362,6 +362,33 @@ TEST(LatencyController, OneHiccupInAFewAloneSamplesDoesNotSetTheTarget) {
   EXPECT_NEAR(*c.kinds().front().target_s, 1.5 * 20 * kAlone, 1e-12);
 }
 
+TEST(LatencyController, TheAloneP99IsTheLowerEndOfANinetyPercentConfidenceIntervalOfIt) {
+  // Alone samples 1..n ms in a shuffled order. Of n samples, the number over a kind's true p99
+  // is binomial (n, 1%); the alone p99 is the order statistic that lies at or under the true
+  // p99 with at least 90% probability: of 200, the fifth largest (at most 4 of them over it:
+  // 94.7%; at most 3: 85.7%), not the nearest-rank p99 (the third largest).
+  struct Case {
+    std::size_t n;
+    double expected_ms;
+  };
+  for (const Case& t : {Case{32, 31.0}, Case{53, 52.0}, Case{54, 52.0}, Case{200, 196.0}, Case{512, 504.0}}) {
+    ControllerOptions options;
+    options.alone_window = 512;
+    LatencyController c(options, ladder_of(9));
+    double now = 0.0;
+    for (std::size_t i = 0; i < options.warmup_samples; ++i) c.observe("lc", 1e-3, false, now += kPeriod);
+    std::vector<double> samples;
+    for (std::size_t i = 1; i <= t.n; ++i) samples.push_back(static_cast<double>(i) * 1e-3);
+    std::shuffle(samples.begin(), samples.end(), std::mt19937{11});
+    for (const double s : samples) c.observe("lc", s, true, now += kPeriod);
+    const KindControl k = c.kinds().front();
+    ASSERT_EQ(k.alone_samples, t.n);
+    ASSERT_TRUE(k.alone_p99_s && k.target_s);
+    EXPECT_NEAR(*k.alone_p99_s, t.expected_ms * 1e-3, 1e-12) << t.n << " samples";
+    EXPECT_NEAR(*k.target_s, 1.5 * t.expected_ms * 1e-3, 1e-12) << t.n << " samples";
+  }
+}
+
 TEST(LatencyController, AProbeThatFindsNothingEndsAndIsRetriedLater) {
   ControllerOptions options;
   LatencyController c(options, ladder_of(9));

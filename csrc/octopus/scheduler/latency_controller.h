@@ -109,8 +109,8 @@ struct ControllerOptions {
   // graph's upload, library heuristics, the allocator growing).
   std::size_t warmup_samples = 8;
   // Once a target stands on min_alone_samples, probes go on, rarer, until the kind has this
-  // many alone samples (a p99 from more of them is nearer the kind's true one; below 200 the
-  // largest sample is left out of it, against a host hiccup in a probe).
+  // many alone samples (a p99 from more of them is nearer the kind's true one: the alone p99
+  // is the lower end of a 90% confidence interval of it, of 200 samples their fifth largest).
   std::size_t settled_alone_samples = 200;
   double settling_probe_interval_s = 8.0;
   std::size_t alone_window = 512;

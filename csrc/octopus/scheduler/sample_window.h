@@ -34,6 +34,16 @@ class SampleWindow {
     return sorted[k];
   }
 
+  // The sample that `k` others kept exceed (0: the largest); nullopt before the first, the
+  // smallest where fewer than k + 1 are kept.
+  std::optional<double> nth_largest(std::size_t k) const {
+    if (samples_.empty()) return std::nullopt;
+    std::vector<double> sorted = samples_;
+    const std::size_t index = sorted.size() - 1 - std::min(k, sorted.size() - 1);
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(index), sorted.end());
+    return sorted[index];
+  }
+
   // The mean of max(0, sample / threshold - 1) over the samples kept (0 before the first):
   // how far past `threshold` they go, the share past it and the distance alike; and the
   // standard error of that mean (0 for fewer than two samples).
