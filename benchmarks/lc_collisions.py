@@ -31,22 +31,12 @@ from typing import Callable, Dict, List, Tuple
 import torch
 
 from octopus._timing import percentile
+from octopus.bench.contention.runner import capture_graph
 from octopus.bench.contention.workloads import _convnet_jobs
 
 
 def _p(values: List[float], q: float) -> float | None:
     return percentile(values, q) if values else None
-
-
-def _capture(run: Callable[[], object], stream: torch.cuda.Stream) -> Callable[[], object]:
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        run()
-        stream.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            run()
-    stream.synchronize()
-    return graph.replay
 
 
 def _loop(name: str, body: Callable[[], object], stream: torch.cuda.Stream, period_s: float, start: float,
@@ -91,11 +81,11 @@ def run(seconds: float, warmup_s: float) -> dict:
     lc, _ = _convnet_jobs(device, scale=1e-3)  # the best-effort jobs are not run: built small
     convnet, normalize = (next(j for j in lc if j.name == n) for n in ("convnet", "normalize"))
     streams = {n: torch.cuda.Stream(device, priority=-1) for n in ("convnet", "normalize")}
-    conv_body = _capture(convnet.run, streams["convnet"])
+    conv_body = capture_graph(convnet.run, streams["convnet"]).replay
     variants = {
         "eager": [("convnet", conv_body, convnet.period_s), ("normalize", normalize.run, normalize.period_s)],
         "graphed": [("convnet", conv_body, convnet.period_s),
-                    ("normalize", _capture(normalize.run, streams["normalize"]), normalize.period_s)],
+                    ("normalize", capture_graph(normalize.run, streams["normalize"]).replay, normalize.period_s)],
         "conv net alone": [("convnet", conv_body, convnet.period_s)],
     }
     results = {}

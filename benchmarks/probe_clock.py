@@ -30,22 +30,12 @@ from typing import Dict, List, Tuple
 import torch
 
 from octopus._timing import percentile
+from octopus.bench.contention.runner import capture_graph
 from octopus.bench.contention.workloads import _convnet_jobs
 from octopus.bench.energy import NVML_CLOCK_SM, nvml_device
 
 # Time since a pause began, in seconds: the bins the pauses' jobs are reported in.
 PAUSE_BINS = ((0.0, 0.01), (0.01, 0.05), (0.05, 0.1), (0.1, 0.25))
-
-
-def _capture(run, stream: torch.cuda.Stream):
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        run()
-        stream.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            run()
-    stream.synchronize()
-    return graph.replay
 
 
 def _summary(latencies: List[float], clocks: List[float]) -> dict:
@@ -94,7 +84,7 @@ def run(cycles: int, idle_s: float, run_s: float, pause_s: float) -> dict:
     convnet = next(j for j in lc if j.name == "convnet")
     high = torch.cuda.Stream(device, priority=-1)
     low = torch.cuda.Stream(device, priority=0)
-    body = _capture(convnet.run, high)
+    body = capture_graph(convnet.run, high).replay
     n = 8192  # the contention benchmark's GEMM at scale 1
     a = torch.randn(n, n, device=device, dtype=torch.float16)
     b = torch.randn(n, n, device=device, dtype=torch.float16)

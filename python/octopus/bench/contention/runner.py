@@ -30,6 +30,19 @@ from .modes import Mode
 from .workloads import BEJob, LCJob
 
 
+def capture_graph(run: Callable[[], object], stream: torch.cuda.Stream) -> torch.cuda.CUDAGraph:
+    """``run``'s work as a CUDA graph captured on ``stream``, after one run outside it (the
+    first launches' one-time work)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        run()
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            run()
+    stream.synchronize()
+    return graph
+
+
 class Runner:
     """A workload's jobs on one device, runnable in any mode."""
 
@@ -59,15 +72,7 @@ class Runner:
                         self.graphs[(job.name, priority)] = self._capture(job.run, priority)
 
     def _capture(self, run: Callable[[], object], priority: int) -> torch.cuda.CUDAGraph:
-        stream = torch.cuda.Stream(self.device, priority=priority)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream):
-            run()
-            stream.synchronize()
-            with torch.cuda.graph(graph, stream=stream):
-                run()
-        stream.synchronize()
-        return graph
+        return capture_graph(run, torch.cuda.Stream(self.device, priority=priority))
 
     def _body(self, job: LCJob, high: bool) -> Callable[[], object]:
         graph = self.graphs.get((job.name, -1 if high else 0))
