@@ -21,19 +21,8 @@ namespace {
 constexpr double kAloneConfidence = 0.9;
 
 std::optional<double> alone_p99(const detail::SampleWindow& alone) {
-  const std::size_t n = alone.size();
-  if (n == 0) return std::nullopt;
-  // The fewest samples over the p99 that cover kAloneConfidence of the binomial's mass.
-  constexpr double p = 0.01;
-  double term = std::pow(1.0 - p, static_cast<double>(n));  // P(none over)
-  double mass = term;
-  std::size_t over = 0;
-  while (mass < kAloneConfidence && over + 1 < n) {
-    term *= static_cast<double>(n - over) / static_cast<double>(over + 1) * p / (1.0 - p);
-    mass += term;
-    ++over;
-  }
-  return alone.nth_largest(n > 1 ? std::max<std::size_t>(over, 1) : 0);
+  if (alone.size() == 0) return std::nullopt;
+  return alone.nth_largest(detail::samples_above_alone_p99(alone.size()));
 }
 
 // An absolute target under the p99 of this many alone samples is refused: a p99 of a few
@@ -46,6 +35,26 @@ constexpr std::size_t kAloneSamplesToRefuse = 3;
 constexpr double kReportTargetMove = 0.1;
 
 }  // namespace
+
+namespace detail {
+
+std::size_t samples_above_alone_p99(std::size_t n) {
+  if (n <= 1) return 0;
+  // The fewest samples over the p99 that cover kAloneConfidence of the binomial's mass (its
+  // terms in logarithms: (1 - p)^n underflows for n of some 74,000).
+  constexpr double p = 0.01;
+  double log_term = static_cast<double>(n) * std::log1p(-p);  // P(none over)
+  double mass = std::exp(log_term);
+  std::size_t over = 0;
+  while (mass < kAloneConfidence && over + 1 < n) {
+    log_term += std::log(static_cast<double>(n - over) / static_cast<double>(over + 1) * p / (1.0 - p));
+    mass += std::exp(log_term);
+    ++over;
+  }
+  return std::max<std::size_t>(over, 1);
+}
+
+}  // namespace detail
 
 bool same_settings(const ControlStep& a, const ControlStep& b) {
   return a.slice_budget_s == b.slice_budget_s && a.in_flight == b.in_flight && a.reserved_sms == b.reserved_sms &&

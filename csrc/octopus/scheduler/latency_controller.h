@@ -93,6 +93,12 @@ bool same_settings(const ControlStep& a, const ControlStep& b);
 std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<int>& reserves,
                                         std::optional<bool> device_yield = std::nullopt);
 
+namespace detail {
+// A kind's alone p99 from n alone samples is the sample that this many others exceed: the
+// lower end of a one-sided 90% confidence interval of its true p99 (latency_controller.cpp).
+std::size_t samples_above_alone_p99(std::size_t n);
+}  // namespace detail
+
 // A kind's latency target: an absolute p99, or a ratio of its alone p99.
 struct LatencyTarget {
   std::optional<double> p99_s;

@@ -500,7 +500,8 @@ class StreamScheduler:
         the others for a spent error budget), descents (``unhelpful_descents`` of them from a
         step over target whose step below was on record as no worse) and probes, the seconds it spent at
         each step (``seconds_at_steps``), the best-effort units started, and
-        per latency-critical kind its target, p99 alone and recently, samples and
+        per latency-critical kind its target, p99 alone (a lower 90% confidence bound of it:
+        the guide's "Targets") and recently, samples and
         ``attainment`` (the share within target), whether its target is infeasible, whether
         its median is over its bound where no step lowers it (``median_unhelped``), and under
         ``steps``, per step of the ladder, its jobs while the controller held that step (best-
