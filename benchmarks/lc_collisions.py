@@ -13,9 +13,11 @@ stream, no scheduler, in three variants:
 * ``conv net alone``: the conv net's thread only.
 
 and reports, per job, latency (scheduled arrival to the thread seeing completion) for jobs
-that overlapped a job of the other thread and for those that did not. If the graphed variant
-takes the overlap's cost away, the cost is the host's (the threads' Python and the GIL); if
-not, the device's.
+that overlapped a job of the other thread (launch to completion against launch to
+completion: a job whose thread woke late behind the other's Python, that job done before the
+launch, counts as not overlapping) and for those that did not. What the graphed variant takes
+away of the overlap's cost is mostly the host's (the threads' Python and the GIL), though a
+graph changes ``normalize``'s device work too.
 
 Run on a GPU: ``python3 benchmarks/lc_collisions.py --seconds 8 --json out.json``.
 """

@@ -48,8 +48,10 @@ def _summary(latencies: List[float], clocks: List[float]) -> dict:
 def classify(jobs: List[Tuple[float, float]], pauses: List[Tuple[float, float]], clock: List[Tuple[float, float]],
              idle_until: float) -> Dict[str, dict]:
     """Latency (ms) and SM clock of each job (launched, done), by where it ran: ``no GEMM``
-    (before ``idle_until``), ``GEMM running``, or in a pause (begun, ended) by time since it
-    began (PAUSE_BINS); a job's clock is the reading nearest its midpoint."""
+    (done before ``idle_until``), in a pause (begun, ended) by time since it began
+    (PAUSE_BINS), or ``GEMM running`` (the rest, a job launched before a pause and done within
+    it included: at most one a pause); a job's clock is the first reading at or after its
+    midpoint."""
     times = [t for t, _ in clock]
     groups: Dict[str, Tuple[List[float], List[float]]] = {}
     starts = [p[0] for p in pauses]
@@ -70,7 +72,7 @@ def classify(jobs: List[Tuple[float, float]], pauses: List[Tuple[float, float]],
         latency, clocks = groups.setdefault(name, ([], []))
         latency.append(1e3 * (done - launched))
         if times:
-            j = min(max(bisect.bisect_left(times, middle), 0), len(times) - 1)
+            j = min(bisect.bisect_left(times, middle), len(times) - 1)
             clocks.append(clock[j][1])
     return {name: _summary(*values) for name, values in sorted(groups.items())}
 
@@ -139,19 +141,21 @@ def run(cycles: int, idle_s: float, run_s: float, pause_s: float) -> dict:
     for t in threads:
         t.start()
     pauses: List[Tuple[float, float]] = []
-    time.sleep(0.05 + idle_s)
-    idle_until = time.perf_counter()
-    gemm_on.set()
-    for _ in range(cycles):
-        time.sleep(run_s)
-        pause.set()
-        begun = time.perf_counter()
-        time.sleep(pause_s)
-        pause.clear()
-        pauses.append((begun, time.perf_counter()))
-    stop.set()
-    for t in threads:
-        t.join()
+    try:
+        time.sleep(0.05 + idle_s)
+        idle_until = time.perf_counter()
+        gemm_on.set()
+        for _ in range(cycles):
+            time.sleep(run_s)
+            pause.set()
+            begun = time.perf_counter()
+            time.sleep(pause_s)
+            pause.clear()
+            pauses.append((begun, time.perf_counter()))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
     # Leave out the first second of the idle stretch (the graph's first replays, the clock settling).
     first = jobs[0][0] + 1.0 if jobs else 0.0
     return classify([j for j in jobs if j[0] >= first], pauses, [c for c in clock if c[0] >= first], idle_until)

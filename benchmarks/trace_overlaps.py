@@ -1,17 +1,22 @@
 """Which latency-critical jobs of a traced controller run met another latency-critical job.
 
 Reads the gzipped Chrome traces ``octopus-bench contention --trace DIR`` writes (one per
-controller run) and prints, per latency-critical kind: how many of its jobs were over the
-controller's target and within it, and the share of each that overlapped a lease of another
-latency-critical kind; then its latency (the controller's: request to completion) p50 / p99
+controller run) and prints, per latency-critical kind: the parts of its jobs' latency (the
+wait for the grant, the lease's hold, completion after the release; p50 / p99); how many of
+its jobs were over the controller's target and within it, and the share of each that
+overlapped a lease of another latency-critical kind; its share within target over the run's
+last ``--last`` seconds; then its latency (the controller's: request to completion) p50 / p99
 for jobs alone (no best-effort work on the device) and contended, each split by whether they
-overlapped. A job's lease is the trace's lease event (grant to release); its latency the
-latency counter that follows. Used in benchmarks/JOURNAL.md (2026-12-01).
+overlapped. A job is its lease (the trace's lease event, grant to release) and the latency
+counter of the same rank among its kind's (the control loop records them in order of
+completion; a trace whose counts differ is refused). Used in benchmarks/JOURNAL.md
+(2026-12-01).
 
-    python3 benchmarks/trace_overlaps.py traces/*.trace.json.gz
+    python3 benchmarks/trace_overlaps.py [--last 20] traces/*.trace.json.gz
 """
 from __future__ import annotations
 
+import argparse
 import bisect
 import gzip
 import json
@@ -20,7 +25,8 @@ from typing import Dict, List, Tuple
 
 from octopus._timing import percentile
 
-Job = Tuple[float, float, float, float | None, bool]  # grant, release (us), latency, target (ms), alone
+Job = Tuple[float, float, float, float | None, bool, float, float]
+# grant, release (us), latency (ms), target (ms), alone, waited (us), latency counter's time (us)
 
 
 def _jobs(events: List[dict]) -> Dict[str, List[Job]]:
@@ -29,46 +35,74 @@ def _jobs(events: List[dict]) -> Dict[str, List[Job]]:
              if e.get("ph") == "C" and e.get("name", "").startswith("latency ") and e["name"] != "latency control"}
     out: Dict[str, List[Job]] = {}
     for kind in sorted(kinds):
-        leases = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and e.get("name") == kind)
+        leases = sorted((e["ts"], e["ts"] + e["dur"], e["args"].get("waited_us", 0.0)) for e in events
+                        if e.get("ph") == "X" and e.get("cat") == "lease" and e.get("name") == kind)
         latencies = sorted((e["ts"], e["args"]) for e in events if e.get("ph") == "C" and e.get("name") == "latency " + kind)
-        out[kind] = [(grant, release, a["latency_ms"], a.get("target_ms"), bool(a.get("alone")))
-                     for (grant, release), (_, a) in zip(leases, latencies)]
+        if len(leases) != len(latencies):
+            raise ValueError(f"{kind}: {len(leases)} leases but {len(latencies)} latencies: they cannot be paired")
+        out[kind] = [(grant, release, a["latency_ms"], a.get("target_ms"), bool(a.get("alone")), waited, at)
+                     for (grant, release, waited), (at, a) in zip(leases, latencies)]
     return out
 
 
-def _overlapping(job: Job, others: List[Tuple[float, float]], starts: List[float]) -> bool:
+def _overlapping(job: Job, others: List[Tuple[float, float]], starts: List[float], longest: float) -> bool:
+    """Whether a lease of ``others`` (sorted by start; none longer than ``longest``) overlaps the job's."""
     grant, release = job[0], job[1]
-    i = bisect.bisect_left(starts, release)
-    return any(others[j][1] > grant for j in range(max(0, i - 8), i))
+    j = bisect.bisect_left(starts, release) - 1
+    while j >= 0 and starts[j] > grant - longest:
+        if others[j][1] > grant:
+            return True
+        j -= 1
+    return False
 
 
 def _p(values: List[float], q: float) -> str:
     return f"{percentile(values, q):.3f}" if values else "-"
 
 
-def report(path: str) -> None:
+def report(path: str, last_s: float) -> None:
     with gzip.open(path, "rt") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     jobs = _jobs(events)
     for kind, mine in jobs.items():
-        others = sorted((g, r) for k, js in jobs.items() if k != kind for g, r, *_ in js)
+        others = sorted((job[0], job[1]) for k, js in jobs.items() if k != kind for job in js)
         starts = [g for g, _ in others]
+        longest = max((r - g for g, r in others), default=0.0)
         shares: Dict[str, List[bool]] = {}
         latency: Dict[Tuple[str, str], List[float]] = {}
         for job in mine:
-            met = _overlapping(job, others, starts)
+            met = _overlapping(job, others, starts, longest)
             if job[3] is not None:
                 shares.setdefault("over" if job[2] > job[3] else "within", []).append(met)
             key = ("alone" if job[4] else "contended", "overlapping" if met else "not overlapping")
             latency.setdefault(key, []).append(job[2])
         print(f"{path}: {kind}")
+        waits = [job[5] / 1e3 for job in mine]
+        holds = [(job[1] - job[0]) / 1e3 for job in mine]
+        after = [(job[6] - job[1]) / 1e3 for job in mine]
+        print(f"  parts (ms, p50 / p99): wait {_p(waits, 50)} / {_p(waits, 99)}, hold {_p(holds, 50)} / "
+              f"{_p(holds, 99)}, completion after the release {_p(after, 50)} / {_p(after, 99)}")
         for name, flags in sorted(shares.items()):
             print(f"  {name} target: {len(flags)} jobs, {100 * sum(flags) / len(flags):.1f}% overlapping another LC kind")
+        end = max(job[6] for job in mine) if mine else 0.0
+        judged = [job for job in mine if job[3] is not None and job[6] >= end - 1e6 * last_s]
+        if judged:
+            within = sum(job[2] <= job[3] for job in judged)
+            print(f"  last {last_s:g} s: {100 * within / len(judged):.2f}% of {len(judged)} jobs within target")
         for (when, met), values in sorted(latency.items()):
             print(f"  {when}, {met}: {len(values)} jobs, p50 {_p(values, 50)} ms, p99 {_p(values, 99)} ms")
 
 
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--last", type=float, default=20.0, help="seconds at the run's end to count within target")
+    parser.add_argument("traces", nargs="+")
+    args = parser.parse_args(argv)
+    for path in args.traces:
+        report(path, args.last)
+    return 0
+
+
 if __name__ == "__main__":
-    for path in sys.argv[1:]:
-        report(path)
+    sys.exit(main())
