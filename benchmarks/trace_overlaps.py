@@ -7,7 +7,9 @@ its jobs were over the controller's target and within it, and the share of each 
 overlapped a lease of another latency-critical kind; its share within target over the run's
 last ``--last`` seconds; then its latency (the controller's: request to completion) p50 / p99
 for jobs alone (no best-effort work on the device) and contended, each split by whether they
-overlapped. A job is its lease (the trace's lease event, grant to release) and the latency
+overlapped. Last, over all the traces given, each kind's share of contended jobs over its
+target by the controller's step (jobs granted within 50 ms of a step change, or running
+across one, left out). A job is its lease (the trace's lease event, grant to release) and the latency
 counter of the same rank among its kind's (the control loop records them in order of
 completion; a trace whose counts differ is refused). Used in benchmarks/JOURNAL.md
 (2026-12-01).
@@ -60,11 +62,31 @@ def _p(values: List[float], q: float) -> str:
     return f"{percentile(values, q):.3f}" if values else "-"
 
 
-def report(path: str, last_s: float) -> None:
+# Jobs granted this soon after a step change are left out of the by-step shares (work the
+# step before let in may still be on the device).
+SETTLE_US = 50e3
+
+
+def _by_step(events: List[dict], jobs: Dict[str, List[Job]], counts: Dict[Tuple[str, int], List[int]]) -> None:
+    """Adds each kind's contended jobs with a target to ``counts[(kind, step)]`` = [jobs, over]."""
+    changes = sorted((e["ts"], e["args"]["step"]) for e in events if e.get("ph") == "C" and e.get("name") == "latency control")
+    times = [t for t, _ in changes]
+    for kind, mine in jobs.items():
+        for grant, _, latency, target, alone, _, done in mine:
+            i = bisect.bisect_right(times, grant) - 1
+            if target is None or alone or i < 0 or grant - times[i] < SETTLE_US or bisect.bisect_right(times, done) - 1 != i:
+                continue
+            count = counts.setdefault((kind, changes[i][1]), [0, 0])
+            count[0] += 1
+            count[1] += latency > target
+
+
+def report(path: str, last_s: float, counts: Dict[Tuple[str, int], List[int]]) -> None:
     with gzip.open(path, "rt") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     jobs = _jobs(events)
+    _by_step(events, jobs, counts)
     for kind, mine in jobs.items():
         others = sorted((job[0], job[1]) for k, js in jobs.items() if k != kind for job in js)
         starts = [g for g, _ in others]
@@ -99,8 +121,14 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--last", type=float, default=20.0, help="seconds at the run's end to count within target")
     parser.add_argument("traces", nargs="+")
     args = parser.parse_args(argv)
+    counts: Dict[Tuple[str, int], List[int]] = {}
     for path in args.traces:
-        report(path, args.last)
+        report(path, args.last, counts)
+    print(f"contended jobs over target by step, {len(args.traces)} trace(s):")
+    for (kind, step), (n, over) in sorted(counts.items()):
+        share = over / n
+        print(f"  {kind} step {step}: {n} jobs, {100 * share:.2f}% over "
+              f"(95% interval +-{196 * (share * (1 - share) / n) ** 0.5:.2f})")
     return 0
 
 
