@@ -9,7 +9,8 @@ last ``--last`` seconds; then its latency (the controller's: request to completi
 for jobs alone (no best-effort work on the device) and contended, each split by whether they
 overlapped. Last, over all the traces given, each kind's share of contended jobs over its
 target by the controller's step (jobs granted within 50 ms of a step change, or running
-across one, left out). A job is its lease (the trace's lease event, grant to release) and the latency
+across one, left out), all of them and split by how they met another kind's lease: not at
+all, first (the other granted while it was held) or second (granted while the other was held). A job is its lease (the trace's lease event, grant to release) and the latency
 counter of the same rank among its kind's (the control loop records them in order of
 completion; a trace whose counts differ is refused). Used in benchmarks/JOURNAL.md
 (2026-12-01).
@@ -67,21 +68,45 @@ def _p(values: List[float], q: float) -> str:
 SETTLE_US = 50e3
 
 
-def _by_step(events: List[dict], jobs: Dict[str, List[Job]], counts: Dict[Tuple[str, int], List[int]]) -> None:
-    """Adds each kind's contended jobs with a target to ``counts[(kind, step)]`` = [jobs, over]."""
+def _meeting(job: Job, others: List[Tuple[float, float]], starts: List[float], longest: float) -> str:
+    """How the job's lease met another LC kind's: "alone on the device's LC side" (none),
+    "second" (one was held when it was granted) or "first" (one was granted while it was held)."""
+    grant, release = job[0], job[1]
+    j = bisect.bisect_left(starts, release) - 1
+    met = "none"
+    while j >= 0 and starts[j] > grant - longest:
+        if others[j][1] > grant:
+            if starts[j] <= grant:
+                return "second"
+            met = "first"
+        j -= 1
+    return met
+
+
+Counts = Dict[Tuple[str, int, str], List[int]]
+
+
+def _by_step(events: List[dict], jobs: Dict[str, List[Job]], counts: Counts) -> None:
+    """Adds each kind's contended jobs with a target to ``counts[(kind, step, meeting)]`` =
+    [jobs, over], meeting as _meeting says."""
     changes = sorted((e["ts"], e["args"]["step"]) for e in events if e.get("ph") == "C" and e.get("name") == "latency control")
     times = [t for t, _ in changes]
     for kind, mine in jobs.items():
-        for grant, _, latency, target, alone, _, done in mine:
+        others = sorted((job[0], job[1]) for k, js in jobs.items() if k != kind for job in js)
+        starts = [g for g, _ in others]
+        longest = max((r - g for g, r in others), default=0.0)
+        for job in mine:
+            grant, _, latency, target, alone, _, done = job
             i = bisect.bisect_right(times, grant) - 1
             if target is None or alone or i < 0 or grant - times[i] < SETTLE_US or bisect.bisect_right(times, done) - 1 != i:
                 continue
-            count = counts.setdefault((kind, changes[i][1]), [0, 0])
-            count[0] += 1
-            count[1] += latency > target
+            for meeting in ("all", _meeting(job, others, starts, longest)):
+                count = counts.setdefault((kind, changes[i][1], meeting), [0, 0])
+                count[0] += 1
+                count[1] += latency > target
 
 
-def report(path: str, last_s: float, counts: Dict[Tuple[str, int], List[int]]) -> None:
+def report(path: str, last_s: float, counts: Counts) -> None:
     with gzip.open(path, "rt") as f:
         trace = json.load(f)
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -121,13 +146,14 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--last", type=float, default=20.0, help="seconds at the run's end to count within target")
     parser.add_argument("traces", nargs="+")
     args = parser.parse_args(argv)
-    counts: Dict[Tuple[str, int], List[int]] = {}
+    counts: Counts = {}
     for path in args.traces:
         report(path, args.last, counts)
-    print(f"contended jobs over target by step, {len(args.traces)} trace(s):")
-    for (kind, step), (n, over) in sorted(counts.items()):
+    print(f"contended jobs over target by step, {len(args.traces)} trace(s) (meeting another LC kind's lease: "
+          "none; first, granted before it; second, granted while it was held):")
+    for (kind, step, meeting), (n, over) in sorted(counts.items()):
         share = over / n
-        print(f"  {kind} step {step}: {n} jobs, {100 * share:.2f}% over "
+        print(f"  {kind} step {step}, {meeting}: {n} jobs, {100 * share:.2f}% over "
               f"(95% interval +-{196 * (share * (1 - share) / n) ** 0.5:.2f})")
     return 0
 
