@@ -15,7 +15,11 @@ stream, no scheduler, in three variants:
 and reports, per job, latency (scheduled arrival to the thread seeing completion) for jobs
 that overlapped a job of the other thread (launch to completion against launch to
 completion: a job whose thread woke late behind the other's Python, that job done before the
-launch, counts as not overlapping) and for those that did not. What the graphed variant takes
+launch, counts as not overlapping), split into those the other's job started beside
+(``first``) and those started beside the other's (``second``), and for those that did not.
+Run it at two switch intervals (``--switch-interval``) to see how much of a meeting's cost
+the GIL's hand-over makes. (The split came after the 2026-12-01 runs: their files have
+``overlap`` and ``solo`` only.) What the graphed variant takes
 away of the overlap's cost is mostly the host's (the threads' Python and the GIL), though a
 graph changes ``normalize``'s device work too.
 
@@ -61,16 +65,22 @@ def _loop(name: str, body: Callable[[], object], stream: torch.cuda.Stream, peri
 
 
 def _summary(jobs: List[Tuple[str, float, float, float]], warmup_s: float, start: float) -> Dict[str, dict]:
-    """Per job name: p50 / p99 latency (ms) of jobs that overlapped the other thread's and of those that did not."""
+    """Per job name: p50 / p99 latency (ms) of jobs that overlapped the other thread's
+    (``overlap``) and of those that did not (``solo``); the overlapping ones also as ``first``
+    (the other's job launched while this one ran) and ``second`` (launched while the other's
+    ran), as benchmarks/trace_overlaps.py splits a traced run's jobs."""
     out: Dict[str, dict] = {}
     names = sorted({j[0] for j in jobs})
     for name in names:
         mine = [j for j in jobs if j[0] == name and j[1] >= start + warmup_s]
         others = sorted((j[2], j[3]) for j in jobs if j[0] != name)
-        groups: Dict[str, List[float]] = {"overlap": [], "solo": []}
+        groups: Dict[str, List[float]] = {"overlap": [], "solo": [], "first": [], "second": []}
         for _, arrival, launched, done in mine:
-            overlaps = any(s < done and e > launched for s, e in others)
-            groups["overlap" if overlaps else "solo"].append(1e3 * (done - arrival))
+            met = [s for s, e in others if s < done and e > launched]
+            latency = 1e3 * (done - arrival)
+            groups["overlap" if met else "solo"].append(latency)
+            if met:
+                groups["second" if any(s <= launched for s in met) else "first"].append(latency)
         out[name] = {group: dict(jobs=len(v), p50_ms=_p(v, 50), p99_ms=_p(v, 99))
                      for group, v in groups.items()}
         every = groups["overlap"] + groups["solo"]
