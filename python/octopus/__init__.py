@@ -21,12 +21,13 @@ from .item_stats import ItemStats, item_stats, normalize
 from .crop_resize import crop_resize, resize
 from .stencil import box_blur, depthwise_conv3x3, gaussian_blur, stencil3x3
 from .tile_stats import TileFilter, tile_filter
-from .scheduling import Batcher, DeadlineMissed, Lease, LeaseTimeout, ReleaseEvent, SchedulerConfig, StreamScheduler
+from .scheduling import (Batcher, DeadlineMissed, Lease, LeaseTimeout, ReleaseEvent, SchedulerConfig, StreamScheduler,
+                         replay_graph)
 from . import diffusion  # noqa: F401  (octopus.diffusion; registers sampler_step's fake)
 from . import distributed  # noqa: F401  (octopus.distributed: across GPUs and hosts)
 
 __all__ = [
     "RaggedBatch", "affine", "crop_resize", "resize", "tile_filter", "TileFilter", "stencil3x3", "box_blur", "gaussian_blur", "depthwise_conv3x3", "clamp", "threshold", "power", "item_stats", "ItemStats", "normalize", "to_padded", "from_padded", "plan", "plan_blocks", "built_with_cuda", "autotune", "TunedChoice", "kernel_tuning",
-    "StreamScheduler", "SchedulerConfig", "Lease", "LeaseTimeout", "DeadlineMissed", "ReleaseEvent", "Batcher",
+    "StreamScheduler", "SchedulerConfig", "Lease", "LeaseTimeout", "DeadlineMissed", "ReleaseEvent", "Batcher", "replay_graph",
     "STRATEGIES", "DEFAULT_STRATEGY", "DEFAULT_BLOCK_ELEMS", "__version__",
 ]

@@ -29,6 +29,7 @@ from ..ragged import RaggedBatch
 from .arguments import DEFAULT, parse_arrived, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
 from .config import SchedulerConfig
 from .executor import LeaseExecutor
+from .graphs import replay_graph
 from .gil import check_interval, lower_switch_interval, restore_switch_interval
 from .slicing import SliceSizer, count_slices, item_ranges
 from .streams import current_stream_id, record_stream
@@ -117,6 +118,15 @@ class Lease:
         Returns that event (also kept as ``release_event``); a second call does nothing."""
         self._lease.release()
         return self.release_event
+
+    def replay_graph(self, graph: torch.cuda.CUDAGraph) -> None:
+        """Replays a captured ``graph`` on the leased stream without letting go of the GIL
+        (:func:`octopus.replay_graph`): a latency-critical holder's launch is not kept
+        waiting behind another thread's Python. ``ValueError`` on the simulated backend."""
+        stream = self.stream
+        if stream is None:
+            raise ValueError("Lease.replay_graph: a lease of the simulated backend has no CUDA stream to replay on")
+        replay_graph(graph, stream)
 
     def checkpoint(self, units: float = 0.0) -> float:
         """Call between slices of best-effort work, before launching the next slice.

@@ -1,0 +1,113 @@
+"""octopus.replay_graph and Lease.replay_graph: a captured CUDA graph replayed without letting
+go of the GIL gives what torch's replay gives (random numbers included), on the stream asked
+for; bad arguments are clear errors."""
+
+import pytest
+import torch
+
+import octopus
+from conftest import HAS_CUDA
+
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and octopus built with CUDA")
+
+
+def test_anything_but_a_graph_is_a_type_error_naming_the_argument():
+    with pytest.raises(TypeError, match="graph must be a torch.cuda.CUDAGraph, got list"):
+        octopus.replay_graph([])
+
+
+def test_a_simulated_lease_has_no_stream_to_replay_on():
+    sched = octopus.StreamScheduler(2, backend="simulated")
+    try:
+        with sched.acquire("net", priority="high") as lease:
+            with pytest.raises(ValueError, match="simulated backend has no CUDA stream"):
+                lease.replay_graph(object())
+    finally:
+        sched.close()
+
+
+def _capture(fn):
+    """A graph of ``fn`` and its output (the warm-up on a side stream, as torch asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+@pytest.mark.cuda
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_a_replay_equals_torchs_bit_for_bit(dtype):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(64, 96, device="cuda", generator=g).to(dtype)
+    w = torch.randn(96, 40, device="cuda", generator=g).to(dtype)
+    graph, out = _capture(lambda: torch.relu(x @ w).sum(dim=1))
+    for _ in range(3):
+        x.copy_(torch.randn(x.shape, device="cuda", generator=g).to(dtype))
+        graph.replay()
+        expected = out.clone()
+        out.zero_()
+        octopus.replay_graph(graph)
+        torch.cuda.synchronize()
+        assert torch.equal(out, expected)
+        # and against an independent reference, in float64
+        ref = torch.relu(x.double() @ w.double()).sum(dim=1)
+        torch.testing.assert_close(out.double(), ref, rtol=2e-2 if dtype == torch.float16 else 1e-4, atol=1e-2)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_random_numbers_advance_as_torchs_replay_advances_them():
+    graph, out = _capture(lambda: torch.rand(4096, device="cuda"))
+    torch.cuda.manual_seed(11)
+    graph.replay()
+    a = out.clone()
+    graph.replay()
+    b = out.clone()
+    torch.cuda.manual_seed(11)
+    octopus.replay_graph(graph)
+    c = out.clone()
+    octopus.replay_graph(graph)
+    d = out.clone()
+    assert not torch.equal(a, b)
+    assert torch.equal(a, c) and torch.equal(b, d)
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_it_runs_on_the_stream_given_and_a_lease_replays_on_its_own():
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    graph, out = _capture(lambda: x * 2)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # keeps `side` busy: the replay queues behind it
+    octopus.replay_graph(graph, side)
+    assert torch.cuda.current_stream().query() and not side.query()
+    side.synchronize()
+    assert torch.equal(out, x * 2)
+    sched = octopus.StreamScheduler(2)
+    try:
+        out.zero_()
+        with sched.acquire("net", priority="high") as lease:
+            lease.replay_graph(graph)
+            done = lease.stream
+        done.synchronize()
+        assert torch.equal(out, x * 2)
+    finally:
+        sched.close()
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_bad_streams_and_uncaptured_graphs_are_clear_errors():
+    graph, _ = _capture(lambda: torch.ones(8, device="cuda") + 1)
+    with pytest.raises(TypeError, match="stream must be a torch.cuda.Stream or None, got int"):
+        octopus.replay_graph(graph, 0)
+    with pytest.raises(RuntimeError, match="(?i)capture"):
+        octopus.replay_graph(torch.cuda.CUDAGraph())
