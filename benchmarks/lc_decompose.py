@@ -49,8 +49,8 @@ class DecomposingRunner(Runner):
         return super().run(mode)
 
     def _lc_thread(self, job: Any, launch: Callable[[], None], start: float, phase: float, stop: Any,
-                   out: List[tuple]) -> None:
-        super()._lc_thread(job, launch, start, phase, stop, out)
+                   out: List[tuple], errors: List[BaseException]) -> None:
+        super()._lc_thread(job, launch, start, phase, stop, out, errors)
         self._arrivals[job.name] = [arrival for arrival, _, _ in out]  # one per launch, as parts
 
     def window_parts(self, job: str) -> List[Tuple[float, float, float]]:

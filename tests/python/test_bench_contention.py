@@ -284,3 +284,22 @@ def test_interference_runs_each_be_job_alone_behind_each_partition():
 def test_interference_refuses_negative_sm_counts():
     with pytest.raises(SystemExit):
         main(["--interference", "-8"])
+
+
+def test_an_lc_job_that_raises_fails_its_mode_instead_of_leaving_it_out():
+    from octopus.bench.contention.modes import Mode
+    from octopus.bench.contention.runner import Runner
+    from octopus.bench.contention.workloads import LCJob
+
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the third job broke")
+
+    runner = Runner([LCJob("fine", 2e-3, lambda: None, graph=False), LCJob("flaky", 2e-3, flaky, graph=False)], [],
+                    torch.device("cpu"), warmup_s=0.02, measure_s=0.1, controller_warmup_s=0.02)
+    with pytest.raises(RuntimeError, match="the third job broke"):
+        runner.run(Mode("plain streams", lc="normal", be="none"))
+    assert len(calls) == 3  # its thread stopped at the error; the mode ran to its end and raised it

@@ -109,23 +109,26 @@ class Runner:
         return plain
 
     def _lc_thread(self, job: LCJob, launch: Callable[[], None], start: float, phase: float, stop: threading.Event,
-                   out: List[tuple]) -> None:
+                   out: List[tuple], errors: List[BaseException]) -> None:
         k = 0
         watched = self.stall_dump_ms is not None  # by the stall watchdog
-        while not stop.is_set():
-            arrival = start + phase + k * job.period_s
-            k += 1
-            wait = arrival - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)
-            started = time.perf_counter()
-            if watched:
-                self._running[threading.get_ident()] = (job.name, started)
-            self._arrival.t = min(arrival, started)  # (a sleep never wakes early, but arrived= refuses the future)
-            launch()
-            if watched:
-                del self._running[threading.get_ident()]
-            out.append((arrival, started, time.perf_counter()))
+        try:
+            while not stop.is_set():
+                arrival = start + phase + k * job.period_s
+                k += 1
+                wait = arrival - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                started = time.perf_counter()
+                if watched:
+                    self._running[threading.get_ident()] = (job.name, started)
+                self._arrival.t = min(arrival, started)  # (a sleep never wakes early, but arrived= refuses the future)
+                launch()
+                if watched:
+                    del self._running[threading.get_ident()]
+                out.append((arrival, started, time.perf_counter()))
+        except BaseException as error:  # noqa: BLE001 (the mode fails with it, not a row without this job)
+            errors.append(error)
 
     def _stall_watchdog(self, stop: threading.Event, dumps: List[Dict[str, Any]], limit: int = 20) -> None:
         """Every thread's Python stack, once per LC job that has run for over stall_dump_ms
@@ -227,7 +230,7 @@ class Runner:
                 launch = self._lc_launcher(job, mode, sched)
                 phase = job.period_s * i / len(self.lc_jobs)
                 threads.append(threading.Thread(target=self._lc_thread, args=(
-                    job, launch, start, phase, stop, lc_out[job.name]), daemon=True))
+                    job, launch, start, phase, stop, lc_out[job.name], errors), daemon=True))
         stalls: List[Dict[str, Any]] = []
         if self.stall_dump_ms is not None and mode.lc != "none":
             threads.append(threading.Thread(target=self._stall_watchdog, args=(stop, stalls), daemon=True))
