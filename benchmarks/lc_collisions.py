@@ -6,7 +6,7 @@ of 64 small images, eager, every 3.2 ms. Their schedules meet in a fixed pattern
 of the conv net's jobs overlap a normalize job), and in its traces the jobs over the
 controller's target are mostly those (benchmarks/JOURNAL.md, 2026-12-01). This script runs
 the two jobs with no best-effort work, each in its own thread on its own high-priority
-stream, no scheduler, in six variants:
+stream, no scheduler, in seven variants:
 
 * ``eager``: as in the benchmark (normalize launched op by op from Python), both streams of
   the device's highest priority (as the scheduler gives latency-critical leases);
@@ -15,6 +15,8 @@ stream, no scheduler, in six variants:
 * ``eager, conv net holding the GIL``: the conv net's graph launched, and its events
   recorded, through the CUDA driver with the GIL held, so that ``normalize``'s thread cannot
   take the GIL between them;
+* ``eager, conv net through octopus.replay_graph``: the same with torch's replay kept on the
+  thread by :func:`octopus.replay_graph` (its random-number prologue included);
 * ``graphed``: normalize replayed from a CUDA graph too (its host part is one call);
 * ``conv net alone``: the conv net's thread only.
 
@@ -45,6 +47,7 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
+import octopus
 from octopus._timing import percentile
 from octopus.bench.contention.runner import capture_graph
 from octopus.bench.contention.workloads import _convnet_jobs
@@ -89,6 +92,21 @@ def _issue_holding_the_gil(graph: torch.cuda.CUDAGraph) -> Issue:
         call(driver.cuEventRecord(began.cuda_event, stream.cuda_stream), "cuEventRecord")
         call(driver.cuGraphLaunch(graph_exec, stream.cuda_stream), "cuGraphLaunch")
         call(driver.cuEventRecord(ended.cuda_event, stream.cuda_stream), "cuEventRecord")
+    return issue
+
+
+def _issue_through_octopus(graph: torch.cuda.CUDAGraph) -> Issue:
+    """A graph replayed with :func:`octopus.replay_graph` (torch's replay, the GIL kept), its
+    events recorded through the driver with the GIL held as in :func:`_issue_holding_the_gil`."""
+    driver = ctypes.PyDLL("libcuda.so.1")
+    driver.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+
+    def issue(stream: torch.cuda.Stream, began: torch.cuda.Event, ended: torch.cuda.Event) -> None:
+        if driver.cuEventRecord(began.cuda_event, stream.cuda_stream) != 0:
+            raise RuntimeError("cuEventRecord failed")
+        octopus.replay_graph(graph, stream)
+        if driver.cuEventRecord(ended.cuda_event, stream.cuda_stream) != 0:
+            raise RuntimeError("cuEventRecord failed")
     return issue
 
 
@@ -177,6 +195,9 @@ def run(seconds: float, warmup_s: float, only: List[str] | None = None) -> dict:
         "eager, conv net holding the GIL": [("convnet", _issue_holding_the_gil(conv_graph), convnet.period_s,
                                              streams["convnet"]),
                                             ("normalize", norm, normalize.period_s, streams["normalize"])],
+        "eager, conv net through octopus.replay_graph": [
+            ("convnet", _issue_through_octopus(conv_graph), convnet.period_s, streams["convnet"]),
+            ("normalize", norm, normalize.period_s, streams["normalize"])],
         "graphed": [("convnet", conv, convnet.period_s, streams["convnet"]),
                     ("normalize", _issue(capture_graph(normalize.run, streams["normalize"]).replay),
                      normalize.period_s, streams["normalize"])],
