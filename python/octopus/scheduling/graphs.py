@@ -3,10 +3,10 @@
 ``torch.cuda.CUDAGraph.replay`` lets go of the GIL for its launch. In a process where other
 threads run Python (another job's eager ops, best-effort holders), a thread that replays a
 graph then waits for whichever of them took the GIL to let go of it again: on an H200, a batch-1
-conv net's graph beside an eager ``octopus.normalize`` job in another thread took 0.25 ms at the
-median from its launch to its last event when that job started meanwhile, 0.03 ms replayed with
-the GIL held (benchmarks/JOURNAL.md, 2026-12-01, thirtieth session). :func:`replay_graph` is
-the same replay, kept on the calling thread.
+conv net's graph beside an eager ``octopus.normalize`` job in another thread took 0.32-0.33 ms
+at the median from its launch to the record of an event after it when that job started
+meanwhile, 0.07 ms through :func:`replay_graph` (benchmarks/JOURNAL.md, 2026-12-01, thirtieth
+session), which is the same replay, kept on the calling thread.
 """
 
 from __future__ import annotations
