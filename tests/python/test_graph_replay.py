@@ -83,22 +83,26 @@ def test_random_numbers_advance_as_torchs_replay_advances_them():
 def test_it_runs_on_the_stream_given_and_a_lease_replays_on_its_own():
     x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
     graph, out = _capture(lambda: x * 2)
+
+    def replayed_behind_a_sleep(stream, replay):
+        """Keeps ``stream`` busy, replays, and checks that the graph waits behind the sleep
+        (so it was queued on ``stream``), then that it ran."""
+        out.zero_()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000_000)  # about 0.1 s: far longer than the checks below
+        replay()
+        torch.cuda.current_stream().synchronize()
+        assert not stream.query() and int(out.count_nonzero()) == 0
+        stream.synchronize()
+        assert torch.equal(out, x * 2)
+
     side = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # keeps `side` busy: the replay queues behind it
-    octopus.replay_graph(graph, side)
-    assert torch.cuda.current_stream().query() and not side.query()
-    side.synchronize()
-    assert torch.equal(out, x * 2)
+    replayed_behind_a_sleep(side, lambda: octopus.replay_graph(graph, side))
     sched = octopus.StreamScheduler(2)
     try:
-        out.zero_()
         with sched.acquire("net", priority="high") as lease:
-            lease.replay_graph(graph)
-            done = lease.stream
-        done.synchronize()
-        assert torch.equal(out, x * 2)
+            replayed_behind_a_sleep(lease.stream, lambda: lease.replay_graph(graph))
     finally:
         sched.close()
 

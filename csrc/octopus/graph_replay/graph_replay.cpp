@@ -6,7 +6,8 @@
 // when that thread lets go (its Python may run up to a switch interval): on an H200, a batch-1
 // conv net's graph beside an eager octopus op in another thread took 0.32-0.33 ms at the median
 // from its launch to the record of an event after it when the other job started meanwhile,
-// against 0.07 ms through this (benchmarks/JOURNAL.md, thirtieth session). This is torch's own replay
+// against 0.07 ms through this, its events recorded with the GIL held too (benchmarks/JOURNAL.md,
+// thirtieth session). This is torch's own replay
 // (at::cuda::CUDAGraph::replay: random-number offsets advanced as torch advances them), on the
 // given stream, with the GIL kept.
 //
