@@ -203,6 +203,9 @@ def run(seconds: float, warmup_s: float, only: List[str] | None = None) -> dict:
                      normalize.period_s, streams["normalize"])],
         "conv net alone": [("convnet", conv, convnet.period_s, streams["convnet"])],
     }
+    unknown = sorted(set(only or ()) - set(variants))
+    if unknown:
+        raise ValueError(f"--variants: no variant named {unknown}; there are {list(variants)}")
     results = {}
     for variant, loops in variants.items():
         if only and variant not in only:

@@ -132,6 +132,7 @@ class Runner:
                 out.append((arrival, started, time.perf_counter()))
         except BaseException as error:  # noqa: BLE001 (the mode fails with it, not a row without this job)
             errors.append(error)
+            self._running.pop(threading.get_ident(), None)  # not a stalled job for the watchdog
 
     def _stall_watchdog(self, stop: threading.Event, dumps: List[Dict[str, Any]], limit: int = 20) -> None:
         """Every thread's Python stack, once per LC job that has run for over stall_dump_ms
