@@ -29,8 +29,8 @@ from ..ragged import RaggedBatch
 from .arguments import DEFAULT, parse_arrived, parse_deadline, parse_priority, parse_shape, parse_timeout, whole_number
 from .config import SchedulerConfig
 from .executor import LeaseExecutor
-from .graphs import replay_graph
 from .gil import check_interval, lower_switch_interval, restore_switch_interval
+from .graphs import replay_graph
 from .slicing import SliceSizer, count_slices, item_ranges
 from .streams import current_stream_id, record_stream
 
