@@ -54,12 +54,16 @@ DECLARATIONS = {
 }
 
 
-def stand_in_torch(root, version, declaration, std=20):
+def stand_in_torch(root, version, declaration, std=20, pybind11=True):
     """A package named torch, importable from `root`, with just what CMakeLists.txt reads: the
-    version, no CUDA, and a CMake config defining the `torch` target as `declaration` says."""
+    version, no CUDA, its include directory (with pybind11's header where `pybind11`, as torch
+    ships it), and a CMake config defining the `torch` target as `declaration` says."""
     package = root / "torch"
     config = package / "share" / "cmake" / "Torch"
     config.mkdir(parents=True)
+    (package / "include" / "pybind11").mkdir(parents=True)
+    if pybind11:
+        (package / "include" / "pybind11" / "pybind11.h").write_text("")
     (package / "__init__.py").write_text(textwrap.dedent(f"""
         from types import SimpleNamespace
         __version__ = "{version}"
@@ -71,7 +75,8 @@ def stand_in_torch(root, version, declaration, std=20):
         set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=1")
         set(TORCH_LIBRARIES torch)
         set(Torch_FOUND TRUE)
-    """) + DECLARATIONS[declaration].format(std=std) + "\n")
+    """) + f'set(TORCH_INCLUDE_DIRS "{(package / "include").as_posix()}")\n'
+        + DECLARATIONS[declaration].format(std=std) + "\n")
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
 
 
@@ -108,3 +113,12 @@ def test_a_torch_that_declares_no_standard_and_has_no_version_is_refused_naming_
     result = configure(tmp_path, "OFF", env)
     assert result.returncode != 0
     assert "cannot tell which C++ standard torch 'nightly'" in result.stdout + result.stderr
+
+
+def test_a_torch_without_its_own_pybind11_headers_is_refused_naming_them(tmp_path):
+    # octopus._graph_replay must share torch's pybind11 internals (CMakeLists.txt).
+    pytest.importorskip("pybind11")
+    env = stand_in_torch(tmp_path / "site", "2.14.1", "property", 20, pybind11=False)
+    result = configure(tmp_path, "OFF", env)
+    assert result.returncode != 0
+    assert "this torch ships no pybind11 headers" in result.stdout + result.stderr
