@@ -76,37 +76,42 @@ def _issue(body: Callable[[], object]) -> Issue:
     return issue
 
 
-def _issue_holding_the_gil(graph: torch.cuda.CUDAGraph) -> Issue:
-    """A graph replayed, and its events recorded, through the CUDA driver called with the GIL
-    held (``ctypes.PyDLL``): the thread keeps the GIL from its first launch to its last."""
+def _driver_call(names: Tuple[str, ...]) -> Callable[..., None]:
+    """``call(name, *pointers)``: the CUDA driver's function ``name`` (one of ``names``) called
+    with the GIL held (``ctypes.PyDLL``), a failure raised."""
     driver = ctypes.PyDLL("libcuda.so.1")
-    for name in ("cuEventRecord", "cuGraphLaunch"):
+    for name in names:
         getattr(driver, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    graph_exec = graph.raw_cuda_graph_exec()
 
-    def call(status: int, name: str) -> None:
+    def call(name: str, *pointers: int) -> None:
+        status = getattr(driver, name)(*pointers)
         if status != 0:
             raise RuntimeError(f"{name} failed: CUresult {status}")
+    return call
+
+
+def _issue_holding_the_gil(graph: torch.cuda.CUDAGraph) -> Issue:
+    """A graph replayed, and its events recorded, through the CUDA driver called with the GIL
+    held: the thread keeps the GIL from its first launch to its last."""
+    call = _driver_call(("cuEventRecord", "cuGraphLaunch"))
+    graph_exec = graph.raw_cuda_graph_exec()
 
     def issue(stream: torch.cuda.Stream, began: torch.cuda.Event, ended: torch.cuda.Event) -> None:
-        call(driver.cuEventRecord(began.cuda_event, stream.cuda_stream), "cuEventRecord")
-        call(driver.cuGraphLaunch(graph_exec, stream.cuda_stream), "cuGraphLaunch")
-        call(driver.cuEventRecord(ended.cuda_event, stream.cuda_stream), "cuEventRecord")
+        call("cuEventRecord", began.cuda_event, stream.cuda_stream)
+        call("cuGraphLaunch", graph_exec, stream.cuda_stream)
+        call("cuEventRecord", ended.cuda_event, stream.cuda_stream)
     return issue
 
 
 def _issue_through_octopus(graph: torch.cuda.CUDAGraph) -> Issue:
     """A graph replayed with :func:`octopus.replay_graph` (torch's replay, the GIL kept), its
     events recorded through the driver with the GIL held as in :func:`_issue_holding_the_gil`."""
-    driver = ctypes.PyDLL("libcuda.so.1")
-    driver.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    call = _driver_call(("cuEventRecord",))
 
     def issue(stream: torch.cuda.Stream, began: torch.cuda.Event, ended: torch.cuda.Event) -> None:
-        if driver.cuEventRecord(began.cuda_event, stream.cuda_stream) != 0:
-            raise RuntimeError("cuEventRecord failed")
+        call("cuEventRecord", began.cuda_event, stream.cuda_stream)
         octopus.replay_graph(graph, stream)
-        if driver.cuEventRecord(ended.cuda_event, stream.cuda_stream) != 0:
-            raise RuntimeError("cuEventRecord failed")
+        call("cuEventRecord", ended.cuda_event, stream.cuda_stream)
     return issue
 
 
