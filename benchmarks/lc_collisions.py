@@ -6,7 +6,7 @@ of 64 small images, eager, every 3.2 ms. Their schedules meet in a fixed pattern
 of the conv net's jobs overlap a normalize job), and in its traces the jobs over the
 controller's target are mostly those (benchmarks/JOURNAL.md, 2026-12-01). This script runs
 the two jobs with no best-effort work, each in its own thread on its own high-priority
-stream, no scheduler, in seven variants:
+stream, no scheduler, in nine variants:
 
 * ``eager``: as in the benchmark (normalize launched op by op from Python), both streams of
   the device's highest priority (as the scheduler gives latency-critical leases);
@@ -17,6 +17,11 @@ stream, no scheduler, in seven variants:
   take the GIL between them;
 * ``eager, conv net through octopus.replay_graph``: the same with torch's replay kept on the
   thread by :func:`octopus.replay_graph` (its random-number prologue included);
+* ``eager, conv net through octopus.replay_graph, waited for holding the GIL``: the same,
+  then the conv net's thread waits for its job's end through the driver with the GIL held
+  (no other thread's Python runs while its job is on the device, and none delays its wake);
+* ``eager, both waited for holding the GIL``: normalize's thread waits so too (in these two,
+  a waiting job's ``issue`` part holds its wait, and its ``host`` part is what is left);
 * ``graphed``: normalize replayed from a CUDA graph too (its host part is one call);
 * ``conv net alone``: the conv net's thread only.
 
@@ -80,11 +85,10 @@ def _driver_call(names: Tuple[str, ...]) -> Callable[..., None]:
     """``call(name, *pointers)``: the CUDA driver's function ``name`` (one of ``names``) called
     with the GIL held (``ctypes.PyDLL``), a failure raised."""
     driver = ctypes.PyDLL("libcuda.so.1")
-    for name in names:
-        getattr(driver, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    functions = {name: getattr(driver, name) for name in names}
 
     def call(name: str, *pointers: int) -> None:
-        status = getattr(driver, name)(*pointers)
+        status = functions[name](*(ctypes.c_void_p(p) for p in pointers))
         if status != 0:
             raise RuntimeError(f"{name} failed: CUresult {status}")
     return call
@@ -115,6 +119,19 @@ def _issue_through_octopus(graph: torch.cuda.CUDAGraph) -> Issue:
     return issue
 
 
+def _waiting_holding_the_gil(issue: Issue) -> Issue:
+    """``issue``, then a wait for its ``ended`` event through the driver with the GIL held: the
+    thread keeps the GIL until its job has finished, so no other thread's Python runs between
+    the job's completion and the thread seeing it (``_loop`` then skips its synchronize)."""
+    call = _driver_call(("cuEventSynchronize",))
+
+    def waiting(stream: torch.cuda.Stream, began: torch.cuda.Event, ended: torch.cuda.Event) -> None:
+        issue(stream, began, ended)
+        call("cuEventSynchronize", ended.cuda_event)
+    waiting.waits = True  # type: ignore[attr-defined]
+    return waiting
+
+
 def _loop(name: str, issue: Issue, stream: torch.cuda.Stream, period_s: float, start: float,
           stop: float, jobs: List[Job]) -> None:
     """Runs a job (``issue``) at start + k * period_s until ``stop``; records (name, arrival,
@@ -136,7 +153,8 @@ def _loop(name: str, issue: Issue, stream: torch.cuda.Stream, period_s: float, s
         launched = time.perf_counter()
         issue(stream, began, ended)
         issued = time.perf_counter()
-        stream.synchronize()
+        if not getattr(issue, "waits", False):
+            stream.synchronize()
         done = time.perf_counter()
         jobs.append((name, arrival, launched, issued, done, began.elapsed_time(ended)))
         k += 1
@@ -203,6 +221,14 @@ def run(seconds: float, warmup_s: float, only: List[str] | None = None) -> dict:
         "eager, conv net through octopus.replay_graph": [
             ("convnet", _issue_through_octopus(conv_graph), convnet.period_s, streams["convnet"]),
             ("normalize", norm, normalize.period_s, streams["normalize"])],
+        "eager, conv net through octopus.replay_graph, waited for holding the GIL": [
+            ("convnet", _waiting_holding_the_gil(_issue_through_octopus(conv_graph)), convnet.period_s,
+             streams["convnet"]),
+            ("normalize", norm, normalize.period_s, streams["normalize"])],
+        "eager, both waited for holding the GIL": [
+            ("convnet", _waiting_holding_the_gil(_issue_through_octopus(conv_graph)), convnet.period_s,
+             streams["convnet"]),
+            ("normalize", _waiting_holding_the_gil(norm), normalize.period_s, streams["normalize"])],
         "graphed": [("convnet", conv, convnet.period_s, streams["convnet"]),
                     ("normalize", _issue(capture_graph(normalize.run, streams["normalize"]).replay),
                      normalize.period_s, streams["normalize"])],
