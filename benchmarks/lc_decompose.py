@@ -85,24 +85,35 @@ class DecomposingRunner(Runner):
         return lambda: run_on(stream)
 
 
-def measure(measure_s: float) -> List[Dict[str, Any]]:
+def measure(measure_s: float, workloads: List[str], names: List[str], controller_warmup_s: float
+            ) -> List[Dict[str, Any]]:
     by_name = {m.name: m for m in modes(sweep=True)}
+    unknown = sorted(set(names) - set(by_name))
+    if unknown:
+        raise ValueError(f"--modes: no mode named {unknown}; there are {sorted(by_name)}")
     device = torch.device("cuda")
     rows = []
-    for workload in ("mlp", "convnet"):
+    for workload in workloads:
         lc_jobs, be_jobs = FAMILIES[workload](device, 1.0)
-        runner = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, measure_s, 8.0)
-        for name in MODES:
+        runner = DecomposingRunner(lc_jobs, be_jobs, device, 0.5, measure_s, controller_warmup_s)
+        for run, name in enumerate(names):
             row = runner.run(by_name[name])
             for job in runner.parts:
                 parts = runner.window_parts(job)
                 launch, span, wake = zip(*parts) if parts else ((), (), ())
-                rows.append(dict(workload=workload, mode=name, job=job, clock=row["sm_clock_mhz"],
+                rows.append(dict(workload=workload, mode=name, run=run, job=job, clock=row["sm_clock_mhz"],
+                                 target_ms=_target_ms(row, job),
                                  total=row["lc_ms"][job], start=row["lc_start_ms"][job],
                                  launch=[1e3 * v for v in launch], device=[1e3 * v for v in span],
                                  wake=[1e3 * v for v in wake]))
-            print(report([r for r in rows if r["workload"] == workload and r["mode"] == name]), flush=True)
+            print(report([r for r in rows if r["workload"] == workload and r["run"] == run]), flush=True)
     return rows
+
+
+def _target_ms(row: Dict[str, Any], job: str) -> float | None:
+    """The controller's latency target of ``job`` in a latency-control row (None elsewhere)."""
+    kind = (row.get("control") or {}).get("kinds", {}).get(job, {})
+    return 1e3 * kind["target_s"] if kind.get("target_s") else None
 
 
 def report(rows: List[Dict[str, Any]]) -> str:
@@ -110,12 +121,28 @@ def report(rows: List[Dict[str, Any]]) -> str:
     latency and of each part."""
     lines: Dict[Tuple[str, str], str] = {}
     for r in rows:
-        key = (r["workload"], r["mode"])
+        key = (r["workload"], r.get("run", 0), r["mode"])  # (files before --modes have no run: one per mode)
         line = lines.get(key, f"{r['workload']:7s} {r['mode']:22s} clk {r['clock']:.0f}")
         parts = " ".join(f"{label} {percentile(r[key], 50):.2f}/{percentile(r[key], 99):.2f}"
                          for key, label in PARTS if r[key])
-        lines[key] = line + f" | {r['job']} {parts}"
+        lines[key] = line + f" | {r['job']} {parts}" + _over_target(r)
     return "\n".join(lines.values())
+
+
+def _over_target(r: Dict[str, Any]) -> str:
+    """Of a latency-control row's jobs over the controller's target (by the table's count,
+    arrival to completion seen): how many, and the median of each part, against those within."""
+    target, n = r.get("target_ms"), len(r["total"])
+    if not target or any(len(r[key]) != n for key, _ in PARTS):
+        return ""
+    over = [i for i in range(n) if r["total"][i] > target]
+    within = [i for i in range(n) if r["total"][i] <= target]
+    if not over or not within:
+        return f" (over {target:.3f} ms: {len(over)} of {n})"
+
+    def medians(jobs: List[int]) -> str:
+        return " ".join(f"{label} {percentile([r[key][i] for i in jobs], 50):.2f}" for key, label in PARTS)
+    return f" (over {target:.3f} ms: {len(over)} of {n}: {medians(over)}; within: {medians(within)})"
 
 
 def main() -> int:
@@ -123,6 +150,11 @@ def main() -> int:
     p.add_argument("--json", help="write the raw measurements here")
     p.add_argument("--report", metavar="JSON", help="print the table of a run's raw measurements, measure nothing")
     p.add_argument("--measure", type=float, default=2.5, help="seconds each mode is measured")
+    p.add_argument("--workloads", nargs="+", choices=sorted(FAMILIES), default=["mlp", "convnet"])
+    p.add_argument("--modes", nargs="+", default=MODES, metavar="NAME",
+                   help=f"the benchmark's modes to run, by name, in order (default: {MODES})")
+    p.add_argument("--controller-warmup", type=float, default=8.0,
+                   help="seconds a latency-control mode runs before it is measured")
     args = p.parse_args()
     if args.report:
         with open(args.report) as f:
@@ -133,7 +165,7 @@ def main() -> int:
         return 1
     torch.backends.cuda.matmul.allow_tf32 = True
     sys.setswitchinterval(2e-4)
-    rows = measure(args.measure)
+    rows = measure(args.measure, args.workloads, args.modes, args.controller_warmup)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f)
