@@ -4,15 +4,16 @@
 a server sleeps between its jobs, and code that runs right after a sleep runs slower (cold
 caches and predictors, a core leaving an idle state). This script measures, from Python:
 
-* ``threads``: two LC threads (every 4 and 3.2 ms, a 256x256 matmul on the lease's stream,
+* ``threads`` (CUDA): two LC threads (every 4 and 3.2 ms, a 256x256 matmul on the lease's stream,
   then a wait for the lease's release event) with or without two best-effort (BE) threads
   (fp16 GEMM slices through ``lease.slices``), with or without latency control: per LC job
   ``acquire`` and ``release`` (the calls, with the GIL never forced over: switch interval 1 s
   and the scheduler's lowering off, so what they wait for is the host and the scheduler, not
   another thread's Python), ``start`` (the thread's wake after its scheduled arrival), and
   a torch event's ``record`` and ``query`` on a stream of its own for comparison;
-* ``sleep`` (simulated backend, no threads): the same calls back to back and each after a
-  3 ms sleep, with a ``perf_counter`` pair and ``torch.empty(4)`` beside them.
+* ``sleep`` (simulated backend, no threads): acquire, then release right after it, back to
+  back and with a 3 ms sleep before each acquire; a ``perf_counter`` pair and
+  ``torch.empty(4)`` so too.
 
     python3 benchmarks/lease_host_cost.py threads --seconds 12 [--no-control] [--no-be]
     python3 benchmarks/lease_host_cost.py sleep
@@ -37,16 +38,14 @@ def _line(label: str, samples: Dict[str, List[float]]) -> str:
                                     for k, v in samples.items() if v)
 
 
-def threads(seconds: float, control: bool, with_be: bool, backend: str) -> str:
-    sys.setswitchinterval(1.0)
-    sched = octopus.StreamScheduler(4, backend=backend, latency_control=control, gil_switch_interval=None)
-    cuda = backend == "cuda"
-    if cuda:
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-        b, c = torch.randn_like(a), torch.empty_like(a)
-        x = torch.randn(256, 256, device="cuda")
-        events = {n: torch.cuda.Event() for n in "ab"}
-        side = {n: torch.cuda.Stream(priority=-1) for n in "ab"}
+def threads(seconds: float, control: bool, with_be: bool) -> str:
+    sys.setswitchinterval(1.0)  # (the BE threads let go of the GIL in every torch call and checkpoint)
+    sched = octopus.StreamScheduler(4, latency_control=control, gil_switch_interval=None)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    b, c = torch.randn_like(a), torch.empty_like(a)
+    x = torch.randn(256, 256, device="cuda")
+    events = {n: torch.cuda.Event() for n in "ab"}
+    side = {n: torch.cuda.Stream(priority=-1) for n in "ab"}
     stop = threading.Event()
     samples: Dict[str, List[float]] = {k: [] for k in ("acquire", "release", "start", "record", "query")}
 
@@ -61,31 +60,27 @@ def threads(seconds: float, control: bool, with_be: bool, backend: str) -> str:
             s = time.perf_counter()
             lease = sched.acquire(name, priority="high")
             t1 = time.perf_counter()
-            if cuda:
-                with torch.cuda.stream(lease.stream):
-                    x @ x
+            with torch.cuda.stream(lease.stream):
+                x @ x
             t2 = time.perf_counter()
             lease.release()
             t3 = time.perf_counter()
-            if cuda:
-                lease.release_event.synchronize()
-                t4 = time.perf_counter()
-                events[name].record(side[name])
-                t5 = time.perf_counter()
-                events[name].query()
-                samples["record"].append(t5 - t4)
-                samples["query"].append(time.perf_counter() - t5)
+            lease.release_event.synchronize()
+            t4 = time.perf_counter()
+            events[name].record(side[name])
+            t5 = time.perf_counter()
+            events[name].query()
+            samples["record"].append(t5 - t4)
+            samples["query"].append(time.perf_counter() - t5)
             samples["start"].append(s - arrival)
             samples["acquire"].append(t1 - s)
             samples["release"].append(t3 - t2)
 
     def be(name: str) -> None:
         while not stop.is_set():
-            with sched.acquire(name, best_effort=True) as lease:
-                with torch.cuda.stream(lease.stream) if cuda else torch.no_grad():
-                    for rows in lease.slices(8192):
-                        if cuda:
-                            torch.mm(a[rows.start:rows.stop], b, out=c[rows.start:rows.stop])
+            with sched.acquire(name, best_effort=True) as lease, torch.cuda.stream(lease.stream):
+                for rows in lease.slices(8192):
+                    torch.mm(a[rows.start:rows.stop], b, out=c[rows.start:rows.stop])
 
     workers = [threading.Thread(target=lc, args=("a", 4e-3)), threading.Thread(target=lc, args=("b", 3.2e-3))]
     if with_be:
@@ -98,7 +93,7 @@ def threads(seconds: float, control: bool, with_be: bool, backend: str) -> str:
         t.join()
     sched.close()
     skip = len(samples["start"]) // 4  # the first quarter: the controller and the caches settling
-    return _line(f"{backend} control={control} be={with_be}", {k: v[skip:] for k, v in samples.items()})
+    return _line(f"cuda control={control} be={with_be}", {k: v[skip:] for k, v in samples.items()})
 
 
 def sleep(rounds: int = 1500) -> List[str]:
@@ -126,7 +121,7 @@ def sleep(rounds: int = 1500) -> List[str]:
             if i >= rounds // 10:
                 for k, v in zip(samples, (t1 - t0, t2 - t1, t4 - t3, t6 - t5)):
                     samples[k].append(v)
-        lines.append(_line(f"simulated, {label}", samples))
+        lines.append(_line(f"simulated, {label}", samples))  # (release: right after its acquire)
     sched.close()
     return lines
 
@@ -137,15 +132,14 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--no-control", action="store_true", help="latency control off")
     p.add_argument("--no-be", action="store_true", help="the LC threads only")
-    p.add_argument("--backend", choices=("cuda", "simulated"), default="cuda")
     args = p.parse_args()
     if args.part == "sleep":
         print("\n".join(sleep()))
         return 0
-    if args.backend == "cuda" and not torch.cuda.is_available():
-        print("lease_host_cost.py threads needs a CUDA device (or --backend simulated)", file=sys.stderr)
+    if not torch.cuda.is_available():
+        print("lease_host_cost.py threads needs a CUDA device", file=sys.stderr)
         return 2
-    print(threads(args.seconds, not args.no_control, not args.no_be, args.backend))
+    print(threads(args.seconds, not args.no_control, not args.no_be))
     return 0
 
 
