@@ -2,6 +2,10 @@
 go of the GIL gives what torch's replay gives (random numbers included), on the stream asked
 for; bad arguments are clear errors."""
 
+import sys
+import threading
+import time
+
 import pytest
 import torch
 
@@ -106,6 +110,47 @@ def test_it_runs_on_the_stream_given_and_a_lease_replays_on_its_own():
             replayed_behind_a_sleep(lease.stream, lambda: lease.replay_graph(graph))
     finally:
         sched.close()
+
+
+@pytest.mark.cuda
+@needs_cuda
+def test_no_other_thread_runs_while_it_replays():
+    """A thread that wants the GIL gets it whenever the caller lets go of it (no switch is
+    forced: a 100 s switch interval): during torch's replays it does, during replay_graph's
+    never (once its first call has imported its module: the import's file reads let go)."""
+    graph, _ = _capture(lambda: torch.ones(1 << 16, device="cuda") * 2)
+    stream = torch.cuda.Stream()
+    octopus.replay_graph(graph)
+    octopus.replay_graph(graph, stream)
+    torch.cuda.synchronize()
+    count, stop = [0], threading.Event()
+
+    def other():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(1e-4)  # lets the caller have the GIL, then waits for it back
+
+    def runs_of_other_during(replay, times):
+        start = count[0]
+        for _ in range(times):
+            replay()
+        return count[0] - start
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    thread = threading.Thread(target=other, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.01)
+        assert runs_of_other_during(graph.replay, 500) > 0  # the check sees a replay that lets go
+        time.sleep(0.01)
+        assert runs_of_other_during(lambda: octopus.replay_graph(graph), 500) == 0
+        assert runs_of_other_during(lambda: octopus.replay_graph(graph, stream), 500) == 0
+    finally:
+        stop.set()
+        sys.setswitchinterval(before)
+        thread.join()
+        torch.cuda.synchronize()
 
 
 @pytest.mark.cuda

@@ -22,7 +22,9 @@ def replay_graph(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream | None =
     caller's next line. The replay holds the GIL for as long as torch's takes on the host: 20
     us at the median back to back, 96 us after a 3 ms sleep, on an H200 host (longer where the
     stream's queue is full: keep it for latency-critical work, whose queues are short).
-    ``stream`` must be on the device the graph was captured on.
+    ``stream`` must be on the device the graph was captured on. The first call in a process
+    imports the module that replays (its file reads let go of the GIL once): make it before the
+    latency-critical loop, as its warm-up.
 
     Raises ``TypeError`` for anything but a :class:`torch.cuda.CUDAGraph` or
     :class:`torch.cuda.Stream`, and torch's own ``RuntimeError`` for a graph not captured.
