@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+import octopus
 from octopus.bench.contention import report
 from octopus.bench.contention.cli import main, run_workload
 from octopus.bench.contention.modes import SWEEP, modes
@@ -165,6 +166,29 @@ def test_without_a_fixed_configuration_that_meets_the_target_the_oracle_is_the_c
     assert report.summarize(rows)["oracle"] == "fixed: q"
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_familys_jobs_run_and_a_sliced_product_equals_the_whole(family):
+    """Every LC job runs; every BE job cut in two (rows, or whole items) gives what one launch
+    over all its units gives (the item ops exactly, the products to rounding)."""
+    lc, be = FAMILIES[family](torch.device("cpu"), 2e-4)
+    assert len(lc) == 2 and len(be) == 2
+    for job in lc:
+        out = job.run()
+        assert job.period_s > 0 and torch.isfinite(out.values if isinstance(out, octopus.RaggedBatch) else out).all()
+    for job in be:
+        assert job.units >= 2
+        half = job.units // 2
+        if job.unit == "rows":
+            whole = job.launch(0, job.units).clone()
+            cut = torch.cat([job.launch(0, half).clone(), job.launch(half, job.units).clone()])
+            torch.testing.assert_close(cut, whole, rtol=1e-5, atol=1e-5)
+        else:
+            assert job.batch is not None and job.units == len(job.batch)
+            whole = job.launch(0, job.units).values
+            cut = torch.cat([job.launch(0, half).values, job.launch(half, job.units).values])
+            assert whole.numel() == job.batch.numel() and torch.equal(cut, whole)
+
+
 def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     args = argparse.Namespace(scale=2e-4, warmup=0.05, measure=0.3, controller_warmup=0.1, no_sweep=True,
                               only=["target 1.5x", "priority"], repeats=2)
@@ -190,7 +214,7 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
         assert measured["host_seconds_per_slice"] is None or 0 < measured["host_seconds_per_slice"] < 10
     assert "be_slicing" not in result["modes"][2]  # priority streams: no scheduler
     assert "ragged" in result["lc_alone"]
-    assert set(FAMILIES) == {"mlp", "convnet"}
+    assert set(FAMILIES) == {"mlp", "convnet", "transformer"}
 
 
 def test_a_trace_holds_each_controller_runs_timeline(tmp_path):

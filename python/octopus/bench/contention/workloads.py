@@ -15,6 +15,12 @@ Families:
   from a CUDA graph every 4 ms, and ``octopus.normalize`` of 64 small uint8 images, eager,
   every 3.2 ms; BE fp16 tensor-core GEMMs (sliced by rows) and ``octopus.clamp`` over a
   400M-element batch of Pareto-sized items (sliced by items).
+* ``transformer`` (unlike both; not tuned on): LC two pre-norm transformer encoder blocks
+  (bf16, batch 1, 256 tokens of width 512, torch's scaled_dot_product_attention) from a CUDA
+  graph every 5 ms, and ``octopus.crop_resize`` of 32 boxes out of a 1080p uint8 frame to
+  3x112x112, eager, every 2.5 ms; BE batched bf16 products (64 of 2048^3, sliced by batch
+  entries) and ``octopus.gaussian_blur`` over a 400M-pixel batch of 55-90 px images (sliced by
+  items).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
 import torch
+import torch.nn.functional as F
 
 import octopus
 
@@ -129,6 +136,69 @@ def _convnet_jobs(device: torch.device, scale: float) -> Tuple[List[LCJob], List
     return lc, be
 
 
+class _EncoderBlock(torch.nn.Module):
+    """A pre-norm transformer encoder block: multi-head self-attention through torch's
+    scaled_dot_product_attention, then a 4x MLP with GELU, each with a residual."""
+
+    def __init__(self, width: int = 512, heads: int = 8) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, w = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, s, w))
+        return x + self.mlp(self.norm2(x))
+
+
+def _transformer_jobs(device: torch.device, scale: float) -> Tuple[List[LCJob], List[BEJob]]:
+    g = torch.Generator(device=device).manual_seed(2)
+    cpu = torch.Generator().manual_seed(2)
+    half = torch.bfloat16 if device.type == "cuda" else torch.float32
+    blocks = torch.nn.Sequential(_EncoderBlock(), _EncoderBlock()).to(device=device, dtype=half).eval()
+    tokens = torch.randn(1, 256, 512, device=device, generator=g).to(half)
+
+    def encoder() -> torch.Tensor:
+        with torch.no_grad():
+            return blocks(tokens)
+
+    frame = torch.randint(0, 256, (1, 3, 1080, 1920), device=device, generator=g, dtype=torch.uint8)
+    side = torch.randint(40, 301, (32, 2), generator=cpu)
+    y0 = (torch.rand(32, generator=cpu) * (1080 - side[:, 0])).long()
+    x0 = (torch.rand(32, generator=cpu) * (1920 - side[:, 1])).long()
+    boxes = torch.stack([torch.zeros_like(y0), y0, x0, y0 + side[:, 0], x0 + side[:, 1]], 1).to(device)
+    entries = max(4, int(64 * scale ** 0.5))
+    n = max(64, int(2048 * scale ** 0.5) // 64 * 64)
+    a = torch.randn(entries, n, n, device=device, generator=g).to(half)
+    b = torch.randn(entries, n, n, device=device, generator=g).to(half)
+    c = torch.empty_like(a)
+    images = _images(device, max(1 << 20, int(400_000_000 * scale)), 55, 90, cpu, g)
+    lc = [LCJob("encoder", 5e-3, encoder, graph=True),
+          LCJob("crops", 2.5e-3, lambda: octopus.crop_resize(frame, boxes, 112, scale=1 / 255, validate=False),
+                graph=False)]
+    be = [BEJob("bmm16", entries, "rows", lambda r0, r1: torch.bmm(a[r0:r1], b[r0:r1], out=c[r0:r1])),
+          BEJob("blur", len(images), "items",
+                _per_part(images, lambda part, i0, i1: octopus.gaussian_blur(part)), batch=images)]
+    return lc, be
+
+
+def _images(device: torch.device, total: int, lo: int, hi: int, cpu: torch.Generator,
+            g: torch.Generator) -> octopus.RaggedBatch:
+    """A RaggedBatch of about ``total`` random pixels in ``[H, W]`` images of lo to hi pixels a side."""
+    sizes = torch.randint(lo, hi + 1, (max(1, total // ((lo + hi) // 2) ** 2), 2), generator=cpu)
+    offsets = torch.zeros(len(sizes) + 1, dtype=torch.int64)
+    torch.cumsum(sizes.prod(1), 0, out=offsets[1:])
+    values = torch.randn(int(offsets[-1]), device=device, generator=g)
+    batch = octopus.RaggedBatch(values, offsets.to(device), sizes.to(device), validate=False)
+    batch._host_layout = (offsets, sizes)
+    return batch
+
+
 def _ragged(device: torch.device, total: int, sizes_of: Callable[[int], torch.Tensor],
             g: torch.Generator) -> octopus.RaggedBatch:
     """A 1-D RaggedBatch of about ``total`` random elements in items of ``sizes_of(m)``."""
@@ -159,4 +229,4 @@ def _per_part(batch: octopus.RaggedBatch,
 
 
 FAMILIES: Dict[str, Callable[[torch.device, float], Tuple[List[LCJob], List[BEJob]]]] = {
-    "mlp": _mlp_jobs, "convnet": _convnet_jobs}
+    "mlp": _mlp_jobs, "convnet": _convnet_jobs, "transformer": _transformer_jobs}
