@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Tuple, Union, cast, overload
 import torch
 
 from . import tuning
+from ._host_copies import as_device_tensor, to_device
 from ._registrations import call_op, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import RaggedLike, as_ragged
@@ -23,7 +24,10 @@ def _build_dense_layout(n: int, channels: int, h: int, w: int,
                         device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """Offsets and sizes of a dense [N, C, H, W] batch seen as N images."""
     offsets = torch.arange(n + 1, dtype=torch.int64, device=device) * (channels * h * w)
-    sizes = torch.tensor([[channels, h, w]], dtype=torch.int64, device=device).expand(n, 3).contiguous()
+    # Filled where they live: no host copy (which would wait for the device's queue).
+    sizes = torch.empty((n, 3), dtype=torch.int64, device=device)
+    for column, extent in enumerate((channels, h, w)):
+        sizes[:, column] = extent
     return offsets, sizes
 
 
@@ -119,9 +123,9 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     if boxes.dim() != 2 or boxes.shape[1] != 5:
         raise ValueError(f"boxes must be [K, 5] (image, y0, x0, y1, x1), got shape {format_shape(boxes.shape)}")
     param = torch.float64 if values.dtype == torch.float64 else torch.float32
-    mean_t = None if mean is None else torch.as_tensor(mean, dtype=param, device=values.device).reshape(-1)
-    std_t = None if std is None else torch.as_tensor(std, dtype=param, device=values.device).reshape(-1)
-    boxes = boxes.to(values.device)
+    mean_t = None if mean is None else as_device_tensor(mean, param, values.device).reshape(-1)
+    std_t = None if std is None else as_device_tensor(std, param, values.device).reshape(-1)
+    boxes = to_device(boxes, values.device)
     if isinstance(size, numbers.Integral) or (isinstance(size, (tuple, list, torch.Size)) and len(size) == 2
                                               and all(isinstance(v, numbers.Integral) for v in size)):
         # One integer or two (cast: mypy does not count int as a numbers.Integral).
@@ -143,8 +147,8 @@ def crop_resize(source: Union[RaggedLike, torch.Tensor], boxes: torch.Tensor, si
     strategy, block_elems = tuning.resolve(strategy, block_elems, values.device, hw.shape[0], num_out)
     block_elems = resolve_block_elems(block_elems)
     out_dtype = torch.float32 if values.dtype == torch.uint8 else values.dtype
-    layout = RaggedBatch(values.new_empty((1,), dtype=out_dtype).expand(num_out), host_offsets.to(values.device),
-                         host_sizes.to(values.device), validate=False)
+    layout = RaggedBatch(values.new_empty((1,), dtype=out_dtype).expand(num_out),
+                         to_device(host_offsets, values.device), to_device(host_sizes, values.device), validate=False)
     layout._host_layout = (host_offsets, host_sizes)
     out = call_op(torch.ops.octopus.crop_resize_ragged, values, offsets, sizes, boxes, channels, layout.offsets,
                   layout.sizes, num_out, float(scale), mean_t, std_t, strategy, block_elems,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-from typing import NamedTuple, Optional, Sequence, Tuple, Union, overload
+from typing import NamedTuple, Optional, Sequence, Union, overload
 
 import torch
 
 from . import pointwise, tuning  # noqa: F401  (pointwise: octopus::normalize's second pass, its autograd)
+from ._host_copies import as_device_tensor
 from ._registrations import call_op, register_fake
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
 from .ragged import RaggedBatch
@@ -139,19 +139,10 @@ def _check_planes(batch: RaggedBatch, channels: int) -> None:
     batch._metadata[("planes", channels)] = batch.offsets[:0]  # a marker: the check passed
 
 
-@functools.lru_cache(maxsize=64)
-def _constants_on(values: Tuple[float, ...], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float64, device=device)
-
-
 def _constants(value: Constants, device: torch.device) -> Optional[torch.Tensor]:
     """Per-channel constants as a float64 tensor on ``device`` (a sequence of numbers is
     copied there once and kept, so that a loop over batches copies nothing)."""
-    if value is None:
-        return None
-    if isinstance(value, torch.Tensor):
-        return value.to(device=device, dtype=torch.float64).reshape(-1)
-    return _constants_on(tuple(float(v) for v in value), device)
+    return None if value is None else as_device_tensor(value, torch.float64, device).reshape(-1)
 
 
 @register_fake("octopus::item_stats")

@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from . import tuning
+from ._host_copies import to_device
 from ._messages import describe, format_shape
 from ._registrations import call_op, register_fake
 from .inputs import RaggedLike, as_ragged
@@ -33,9 +34,11 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     the leading ``sizes[i]`` corner of ``padded[i]``. ``sizes`` is an int64 ``[M, D]`` tensor
     (on any device), a list of shapes, or a :class:`RaggedBatch` on ``padded``'s device whose
     layout the result takes (its offsets, sizes and cached plans: nothing is computed on the
-    host, the fast way back after ``to_padded(batch)``). A sizes tensor has its offsets summed
-    on ``padded``'s device (one small read back) and, where it is already a contiguous int64
-    tensor there, becomes the result's ``sizes`` without a copy. With ``validate`` an item
+    host, the fast way back after ``to_padded(batch)``). Sizes on the host (a list, a CPU
+    tensor) have their offsets summed there and go to the device without waiting for its
+    queue; a sizes tensor on ``padded``'s device has its offsets summed there (one small read
+    back) and, where it is a contiguous int64 tensor, becomes the result's ``sizes`` without
+    a copy. With ``validate`` an item
     larger than its slot is an error (one check read back); without, its elements outside the
     slot read as 0. Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
@@ -67,6 +70,19 @@ def _sizes_layout(padded: torch.Tensor, sizes: Union[torch.Tensor, Sequence[Sequ
     if given.dim() != 2 or given.shape[0] != padded.shape[0] or given.shape[1] != padded.dim() - 1:
         raise ValueError(f"sizes must have shape [M, D] = {format_shape((padded.shape[0], padded.dim() - 1))} for "
                          f"padded of shape {format_shape(padded.shape)}, got {format_shape(given.shape)}")
+    if given.device.type == "cpu":
+        # Sizes on the host: the layout is summed there and copied over without waiting for
+        # the device's queue.
+        if (given < 0).any():
+            raise ValueError("sizes must be non-negative")
+        host_sizes = given.contiguous()
+        host_offsets = torch.zeros(given.shape[0] + 1, dtype=torch.int64)
+        torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
+        layout = RaggedBatch(padded.new_empty((1,)).expand(int(host_offsets[-1])),
+                             to_device(host_offsets, padded.device), to_device(host_sizes, padded.device),
+                             validate=False)
+        layout._host_layout = (host_offsets, host_sizes)
+        return layout
     # The offsets are summed where padded lives (on a GPU: no host pass over M items, no
     # offsets to copy); one small read gives the element count and the sign check.
     dev_sizes = given.to(padded.device).contiguous()

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 import torch
 
 from . import _library  # noqa: F401  (registers torch.ops.octopus)
+from ._host_copies import to_device
 from ._messages import describe, format_shape
 from ._registrations import call_op
 from .strategies import PLAN_STRATEGIES, TABLE_STRATEGIES, check_strategy, resolve_block_elems
@@ -107,7 +108,7 @@ class RaggedBatch:
             values = torch.cat([t.reshape(-1) for t in tensors]).to(device=device, dtype=dtype)
         else:
             values = torch.empty(0, device=device, dtype=dtype)
-        batch = cls(values, host_offsets.to(device), host_sizes.to(device), validate=False)
+        batch = cls(values, to_device(host_offsets, device), to_device(host_sizes, device), validate=False)
         batch._host_layout = (host_offsets, host_sizes)
         return batch
 
@@ -134,7 +135,7 @@ class RaggedBatch:
                 row_offsets = row_offsets - row_offsets[0]
             offsets = row_offsets if inner == 1 else row_offsets * inner
             lengths = row_offsets.diff().unsqueeze(1)
-            sizes = torch.cat([lengths, torch.tensor(rest, dtype=torch.int64, device=nt.device).expand(
+            sizes = torch.cat([lengths, to_device(torch.tensor(rest, dtype=torch.int64), nt.device).expand(
                 lengths.shape[0], len(rest))], dim=1)
             return cls(rows.reshape(-1), offsets, sizes, validate=False)
         if not nt.is_contiguous():
@@ -142,7 +143,8 @@ class RaggedBatch:
         host_sizes = nt._nested_tensor_size().to(torch.int64)
         host_offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)
         torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
-        batch = cls(nt.values(), host_offsets.to(nt.device), host_sizes.to(nt.device), validate=False)
+        batch = cls(nt.values(), to_device(host_offsets, nt.device), to_device(host_sizes, nt.device),
+                    validate=False)
         batch._host_layout = (host_offsets, host_sizes)
         return batch
 
@@ -253,7 +255,7 @@ class RaggedBatch:
             if key not in self._metadata:
                 offsets = self._offsets if strategy == "plan" else self.host_layout()[0]
                 plan = torch.ops.octopus.plan(offsets, self.numel(), block_elems)
-                self._metadata[key] = plan.to(self.device)
+                self._metadata[key] = to_device(plan, self.device)
             return self._metadata[key]
         if strategy in TABLE_STRATEGIES:
             key = ("lookup", self.device)
@@ -309,7 +311,7 @@ class RaggedBatch:
                 host_rows = torch.zeros(len(self) + 1, dtype=torch.int64)
                 torch.cumsum(self.host_layout()[1][:, 0], 0, out=host_rows[1:])
                 rows = self._values.new_empty((int(host_rows[-1]), *tail))
-                row_offsets = host_rows.to(self.device)
+                row_offsets = to_device(host_rows, self.device)
             else:
                 rows = self._values.view(-1, *tail)
                 row_offsets = self._offsets if inner == 1 else self._offsets // inner

@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Union, overload
 import torch
 
 from . import tuning
+from ._host_copies import as_device_tensor, to_device
 from ._registrations import call_op, item_sums, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
@@ -70,7 +71,8 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     block_elems = resolve_block_elems(block_elems)
     channels = _channels(batch)
     dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
-    w = weight if isinstance(weight, torch.Tensor) else torch.as_tensor(weight, dtype=dtype)
+    # Numbers (the blurs' fixed kernels) are copied to the device once and kept.
+    w = weight if isinstance(weight, torch.Tensor) else as_device_tensor(weight, dtype, batch.device)
     if not w.is_floating_point():
         raise TypeError(f"weight must be floating point, got {describe(w)}")
     shape = tuple(w.shape)
@@ -84,7 +86,7 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     else:
         raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got shape "
                          f"{format_shape(shape)}")
-    w = w.to(device=batch.device, dtype=dtype).contiguous()
+    w = to_device(w, batch.device, dtype).contiguous()
     out = call_op(torch.ops.octopus.stencil3x3, batch.values, batch.offsets, batch.sizes, w, border, strategy,
                   block_elems, batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))

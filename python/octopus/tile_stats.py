@@ -9,6 +9,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ._host_copies import to_device
 from ._registrations import register_fake
 from ._messages import describe
 from .crop_resize import crop_resize
@@ -50,7 +51,7 @@ def tile_filter(image: torch.Tensor, tiles: torch.Tensor, threshold: float, *, m
     bounds = [(-math.inf if min_mean is None else float(min_mean)), (math.inf if max_mean is None else float(max_mean)),
               (0.0 if min_fraction is None else float(min_fraction)),
               (1.0 if max_fraction is None else float(max_fraction))]
-    tiles = tiles.to(image.device)
+    tiles = to_device(tiles, image.device)
     mean, fraction, keep = torch.ops.octopus.tile_stats(image, tiles, float(threshold), *bounds, validate)
     if not gather:
         return TileFilter(mean, fraction, keep)

@@ -20,7 +20,8 @@ from typing import Hashable, Sequence, cast
 import numpy as np
 import torch
 
-from .rows import state_tensor, to_device
+from .._host_copies import to_device
+from .rows import state_tensor
 
 
 @dataclasses.dataclass(eq=False)

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 import numpy as np
 import torch
 
+from .._host_copies import to_device
 from ..scheduling import DeadlineMissed, StreamScheduler
 from .admission import Budget, Candidate, plan_admission, service_order
 from .arena import Member
@@ -43,7 +44,7 @@ from .iteration_timing import IterationTimer
 from .lanes import Lane, Lanes
 from .model_runner import CapturedCalls
 from .requests import SampleResult, SamplingRequest, check_request, resolve_scheduler, sampler_row
-from .rows import RowTables, SamplerRow, fused_step, to_device
+from .rows import RowTables, SamplerRow, fused_step
 from .schedulers import _BatchedScheduler
 
 GPU_POLL_S = 2e-4  # how often a sampling thread waiting for the GPU checks it

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import torch
 
+from .._host_copies import to_device
 from ..scheduling import Lease, ReleaseEvent, StreamScheduler
 from .arena import Group, LatentArena
-from .rows import to_device
 
 LEASE_KIND = "octopus.diffusion.model"
 # A captured call: (graph, static input, static timesteps, static keyword tensors, static output).

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import _library
+from .._host_copies import to_device
 from .._registrations import register_fake
 
 _LAYOUT = _library._C.sampler_step_layout
@@ -230,15 +231,6 @@ def _columns(values: dict[str, Any], columns: dict[str, int], dtype: Any) -> np.
     for name, value in values.items():
         out[columns[name]] = value
     return out
-
-
-def to_device(values: np.ndarray | torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host array on ``device`` without blocking the host: through pinned memory on CUDA
-    (a copy from pageable memory waits for the stream)."""
-    tensor = torch.as_tensor(values)
-    if device.type != "cuda" or tensor.device.type != "cpu":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def state_tensor(rows: int, numel: int, like: torch.Tensor) -> torch.Tensor:

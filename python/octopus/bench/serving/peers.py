@@ -10,8 +10,8 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
+from octopus._host_copies import to_device
 from octopus.diffusion.model_runner import CapturedCalls
-from octopus.diffusion.rows import to_device
 
 from .measure import IterationClock
 
