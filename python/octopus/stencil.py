@@ -3,12 +3,13 @@ convolution, each item with its own borders, in one launch over the whole batch.
 
 from __future__ import annotations
 
+import numbers
 from typing import Optional, Sequence, Union, overload
 
 import torch
 
 from . import tuning
-from ._host_copies import as_device_tensor, to_device
+from ._host_copies import as_device_tensor, constant, to_device
 from ._registrations import call_op, item_sums, out_dtype, register_fake
 from ._messages import describe, format_shape
 from .inputs import PackedLike, RaggedLike, RaggedResult, as_ragged
@@ -16,8 +17,8 @@ from .ragged import RaggedBatch
 from .strategies import check_strategy, resolve_block_elems
 
 BORDERS = ("replicate", "zero")
-_BOX = [1.0 / 9] * 9
-_GAUSSIAN = [v / 16.0 for v in (1, 2, 1, 2, 4, 2, 1, 2, 1)]
+_BOX = (1.0 / 9,) * 9
+_GAUSSIAN = tuple(v / 16.0 for v in (1, 2, 1, 2, 4, 2, 1, 2, 1))
 
 WeightLike = Union[torch.Tensor, Sequence[float]]
 
@@ -39,6 +40,25 @@ def _channels(batch: RaggedBatch) -> Optional[int]:
         raise ValueError(f"every item must have the same number of channels: item 0 has {channels}, "
                          f"item {i} has {int(sizes[i, 0])}")
     return channels
+
+
+def _kernels(weight: WeightLike, channels: Optional[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``weight`` as the op's contiguous ``[C, 9]`` kernels of ``dtype`` on ``device`` (numbers
+    are copied there once and kept, a CPU tensor without waiting for the stream)."""
+    w = weight if isinstance(weight, torch.Tensor) else as_device_tensor(weight, dtype, device)
+    if not w.is_floating_point():
+        raise TypeError(f"weight must be floating point, got {describe(w)}")
+    shape = tuple(w.shape)
+    per_channel = (len(shape) == 3 and shape[1:] == (3, 3)) or (len(shape) == 4 and shape[1:] == (1, 3, 3))
+    if shape == (3, 3) or shape == (9,):
+        channels = channels or 1
+        w = w.reshape(1, 9).expand(channels, 9)
+    elif per_channel and channels in (None, shape[0]):
+        w = w.reshape(shape[0], 9)
+    else:
+        raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got shape "
+                         f"{format_shape(shape)}")
+    return to_device(w, device, dtype).contiguous()
 
 
 @overload
@@ -71,22 +91,13 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     block_elems = resolve_block_elems(block_elems)
     channels = _channels(batch)
     dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
-    # Numbers (the blurs' fixed kernels) are copied to the device once and kept.
-    w = weight if isinstance(weight, torch.Tensor) else as_device_tensor(weight, dtype, batch.device)
-    if not w.is_floating_point():
-        raise TypeError(f"weight must be floating point, got {describe(w)}")
-    shape = tuple(w.shape)
-    per_channel = (len(shape) == 3 and shape[1:] == (3, 3)) or (len(shape) == 4 and shape[1:] == (1, 3, 3))
-    if shape == (3, 3) or shape == (9,):
+    if isinstance(weight, (tuple, list)) and len(weight) == 9 and all(isinstance(v, numbers.Real) for v in weight):
+        # Nine numbers, as the blurs pass theirs: the [C, 9] kernel is made on the device once
+        # and kept (per numbers, channels, dtype and device), so a call only looks it up.
         channels = channels or 1
-        w = w.reshape(1, 9).expand(channels, 9)
-    elif per_channel and channels in (None, shape[0]):
-        channels = shape[0]
-        w = w.reshape(channels, 9)
+        w = constant(tuple(weight) * channels, dtype, batch.device).view(channels, 9)
     else:
-        raise ValueError(f"weight must be [3, 3], [C, 3, 3] or [C, 1, 3, 3] with C = {channels}, got shape "
-                         f"{format_shape(shape)}")
-    w = to_device(w, batch.device, dtype).contiguous()
+        w = _kernels(weight, channels, dtype, batch.device)
     out = call_op(torch.ops.octopus.stencil3x3, batch.values, batch.offsets, batch.sizes, w, border, strategy,
                   block_elems, batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))

@@ -174,3 +174,14 @@ def test_bad_input(device):
         torch.ops.octopus.stencil3x3(batch.values, batch.offsets, bad_sizes, w, "zero", "plan", 0, None, True)
     with pytest.raises(ValueError, match="strategy"):
         octopus.box_blur(batch, strategy="fastest")
+
+
+@pytest.mark.parametrize("shapes", [[(5, 7), (1, 1), (0, 3)], [(3, 6, 4), (3, 2, 9)]])
+def test_weight_as_numbers_equals_weight_as_a_tensor(device, shapes):
+    """Nine numbers (a flat list or tuple: the blurs' fast path), a nested 3x3 list and a
+    [3, 3] tensor give the same result, also with the numbers kept from an earlier call."""
+    batch = random_batch(shapes, device, torch.float32, seed=21)
+    flat = [0.25, -0.5, 1.0, 0.125, 2.0, -1.0, 0.0, 0.75, -0.25]
+    want = octopus.stencil3x3(batch, torch.tensor(flat).view(3, 3).to(device)).values
+    for weight in (flat, tuple(flat), [flat[0:3], flat[3:6], flat[6:9]], flat):
+        torch.testing.assert_close(octopus.stencil3x3(batch, weight).values, want, rtol=0, atol=0)
