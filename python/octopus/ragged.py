@@ -58,7 +58,10 @@ class RaggedBatch:
     def from_tensors(cls, tensors: Sequence[torch.Tensor], *, device: torch.device | str | int | None = None,
                      dtype: torch.dtype | None = None, item_dim: Optional[int] = None) -> "RaggedBatch":
         """Packs a list of tensors with the same number of dimensions (``[L]``,
-        ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy.
+        ``[H, W]``, ``[C, H, W]``, ...) and any extents, in one copy. Items on the host are
+        whole on the device when this returns (the copy waits for the stream), for any
+        stream; items already on the GPU are packed by a kernel queued on the current stream,
+        as any torch op's output is.
 
         An empty list makes an empty batch only with ``item_dim`` (its items' number of
         dimensions), which nothing else could say; its dtype is then ``dtype`` (default
@@ -104,11 +107,17 @@ class RaggedBatch:
         host_sizes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(len(tensors), d)
         host_offsets = torch.zeros(len(tensors) + 1, dtype=torch.int64)
         torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
-        if tensors:
-            values = torch.cat([t.reshape(-1) for t in tensors]).to(device=device, dtype=dtype)
-        else:
-            values = torch.empty(0, device=device, dtype=dtype)
-        batch = cls(values, to_device(host_offsets, device), to_device(host_sizes, device), validate=False)
+        if not tensors:
+            batch = cls(torch.empty(0, device=device, dtype=dtype), host_offsets.to(device), host_sizes.to(device),
+                        validate=False)
+            batch._host_layout = (host_offsets, host_sizes)
+            return batch
+        # The layout is queued before the values: items copied from the host wait for the
+        # stream (pageable memory), so the batch is whole on return, for any stream; items
+        # already on the device are packed by a kernel on the current stream, after it.
+        offsets, sizes = to_device(host_offsets, device), to_device(host_sizes, device)
+        values = torch.cat([t.reshape(-1) for t in tensors]).to(device=device, dtype=dtype)
+        batch = cls(values, offsets, sizes, validate=False)
         batch._host_layout = (host_offsets, host_sizes)
         return batch
 
@@ -143,8 +152,9 @@ class RaggedBatch:
         host_sizes = nt._nested_tensor_size().to(torch.int64)
         host_offsets = torch.zeros(host_sizes.shape[0] + 1, dtype=torch.int64)
         torch.cumsum(host_sizes.prod(dim=1), 0, out=host_offsets[1:])
-        batch = cls(nt.values(), to_device(host_offsets, nt.device), to_device(host_sizes, nt.device),
-                    validate=False)
+        # Copied as torch copies (waiting for the stream): the nested tensor's values may be
+        # whole already, and the batch must be too, for any stream.
+        batch = cls(nt.values(), host_offsets.to(nt.device), host_sizes.to(nt.device), validate=False)
         batch._host_layout = (host_offsets, host_sizes)
         return batch
 
@@ -311,7 +321,7 @@ class RaggedBatch:
                 host_rows = torch.zeros(len(self) + 1, dtype=torch.int64)
                 torch.cumsum(self.host_layout()[1][:, 0], 0, out=host_rows[1:])
                 rows = self._values.new_empty((int(host_rows[-1]), *tail))
-                row_offsets = to_device(host_rows, self.device)
+                row_offsets = host_rows.to(self.device)
             else:
                 rows = self._values.view(-1, *tail)
                 row_offsets = self._offsets if inner == 1 else self._offsets // inner

@@ -172,3 +172,27 @@ def test_constants_first_needed_inside_capture_raise_a_clear_error():
     with pytest.raises(RuntimeError, match="run the call once before capturing it"):
         with torch.cuda.graph(graph, stream=stream):
             octopus.stencil3x3(batch, fresh, strategy="plan")
+
+
+@cuda
+@pytest.mark.cuda
+def test_batches_built_from_host_data_are_whole_for_any_stream():
+    """A batch built from host items, or from a nested tensor, on a busy stream can be read at
+    once on another stream (its layout is not left queued behind the busy stream's work)."""
+    device = torch.device("cuda")
+    g = torch.Generator().manual_seed(14)
+    items = [torch.randn(5, 3, generator=g), torch.randn(0, 3), torch.randn(7, 3, generator=g)]
+    want_offsets, want_sizes = torch.tensor([0, 15, 15, 36]), torch.tensor([[5, 3], [0, 3], [7, 3]])
+    nested = torch.nested.as_nested_tensor([torch.randn(4, 2, generator=g), torch.randn(2, 3, generator=g)],
+                                           layout=torch.strided, device=device)
+    side = torch.cuda.Stream()
+    for build, offsets, sizes in [
+            (lambda: octopus.RaggedBatch.from_tensors(items, device=device), want_offsets, want_sizes),
+            (lambda: octopus.RaggedBatch.from_nested(nested), torch.tensor([0, 8, 14]), torch.tensor([[4, 2], [2, 3]]))]:
+        torch.cuda.synchronize()
+        torch.cuda._sleep(50_000_000)  # the current stream is busy for a while
+        batch = build()
+        with torch.cuda.stream(side):  # no wait for the current stream
+            got_offsets, got_sizes = batch.offsets.clone(), batch.sizes.clone()
+        side.synchronize()
+        assert torch.equal(got_offsets.cpu(), offsets) and torch.equal(got_sizes.cpu(), sizes)
