@@ -31,7 +31,8 @@ def to_device(values: Any, device: torch.device, dtype: Optional[torch.dtype] = 
     tensor = torch.as_tensor(values)
     if tensor.device.type != "cpu" or device.type != "cuda" or _must_copy_blocking(device):
         return tensor.to(device=device, dtype=dtype)
-    staged = tensor if dtype is None else tensor.to(dtype=dtype)
+    # Contiguous first: torch would stage a strided tensor again, in pageable memory.
+    staged = (tensor if dtype is None else tensor.to(dtype=dtype)).contiguous()
     return staged.pin_memory().to(device, non_blocking=True)
 
 

@@ -196,3 +196,24 @@ def test_batches_built_from_host_data_are_whole_for_any_stream():
             got_offsets, got_sizes = batch.offsets.clone(), batch.sizes.clone()
         side.synchronize()
         assert torch.equal(got_offsets.cpu(), offsets) and torch.equal(got_sizes.cpu(), sizes)
+
+
+@cuda
+@pytest.mark.cuda
+def test_a_scheduler_step_with_host_timesteps_does_not_wait_for_the_stream():
+    from octopus import diffusion as od
+    sched = od.DDIMScheduler(clip_sample=False)
+    sched.set_timesteps(10, device="cuda")
+    g = torch.Generator().manual_seed(15)
+    x, out = torch.randn(3, 4, 8, 8, generator=g).cuda(), torch.randn(3, 4, 8, 8, generator=g).cuda()
+    host_t = sched.timesteps.cpu()[[0, 3, 7]]
+    want = sched.step(out, x, host_t.cuda())
+    sched.step(out, x, host_t)  # warm-up: staging blocks, tables
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        torch.cuda._sleep(50_000_000)
+        got = sched.step(out, x, host_t)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence, Tuple, TypeVar, Union, cast
 import numpy as np
 import torch
 
+from .._host_copies import to_device
 from ..affine import affine
 from ..ragged import RaggedBatch
 from .rows import RowTables, SamplerRow, fused_step, state_tensor
@@ -278,12 +279,14 @@ class _BatchedScheduler:
             if repeats:  # the fused step finds each sample's step by its key
                 keys = [self._rows[i if len(self._rows) > 1 else 0].keys[k] if k >= 0 else -1.0
                         for i, k in enumerate(steps)]
-                return torch.tensor(keys, dtype=torch.float64).to(device)
+                return to_device(torch.tensor(keys, dtype=torch.float64), device)
         elif repeats:
             raise ValueError("a schedule repeats a timestep (diffusers rounds two of its sigmas to one), so the step "
                              "of a sample at it is known only from its history on the host: step with validate=True "
                              "and outside a CUDA graph capture, or choose a step count whose timesteps do not repeat")
-        return t.to(device=device, dtype=torch.float64)
+        # (Timesteps from the host do not make the step wait for the stream: the fused step
+        # reads them on the same stream.)
+        return to_device(t, device, torch.float64)
 
     def _check_timesteps(self, t: np.ndarray) -> np.ndarray:
         """Each timestep must be in its sample's schedule (or negative: skip). Returns the steps."""
