@@ -24,16 +24,22 @@ def _build_dense_layout(n: int, channels: int, h: int, w: int,
                         device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """Offsets and sizes of a dense [N, C, H, W] batch seen as N images."""
     offsets = torch.arange(n + 1, dtype=torch.int64, device=device) * (channels * h * w)
-    # Filled where they live: no host copy (which would wait for the device's queue).
+    # Filled where they live: no host copy (which would wait for the stream).
     sizes = torch.empty((n, 3), dtype=torch.int64, device=device)
     for column, extent in enumerate((channels, h, w)):
         sizes[:, column] = extent
     return offsets, sizes
 
 
-# Built once per shape and device, so that a frame loop launches the resize alone (three small
-# launches and a host copy fewer per call). Read-only: the ops never write them.
-_dense_layout = functools.lru_cache(maxsize=32)(_build_dense_layout)
+@functools.lru_cache(maxsize=32)
+def _dense_layout(n: int, channels: int, h: int, w: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_build_dense_layout`, built once per shape and device and kept, so that a frame
+    loop launches the resize alone. Read-only: the ops never write them. Whole before it is
+    kept (one wait for the stream, once): a later call may read it on another stream."""
+    offsets, sizes = _build_dense_layout(n, channels, h, w, device)
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+    return offsets, sizes
 
 
 def _source_layout(source: Union[RaggedLike, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:

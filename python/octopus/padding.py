@@ -38,9 +38,8 @@ def from_padded(padded: torch.Tensor, sizes: Union[RaggedBatch, torch.Tensor, Se
     tensor) have their offsets summed there and go to the device without waiting for its
     queue; a sizes tensor on ``padded``'s device has its offsets summed there (one small read
     back) and, where it is a contiguous int64 tensor, becomes the result's ``sizes`` without
-    a copy. With ``validate`` an item
-    larger than its slot is an error (one check read back); without, its elements outside the
-    slot read as 0. Differentiable."""
+    a copy. With ``validate`` an item larger than its slot is an error (one check read back);
+    without, its elements outside the slot read as 0. Differentiable."""
     if not isinstance(padded, torch.Tensor) or padded.is_nested:
         raise TypeError(f"padded must be a dense tensor [M, *slot], got {describe(padded)}")
     # (The slots' elements stand for the items' in the layout class: the sizes may be on the device.)

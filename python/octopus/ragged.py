@@ -265,7 +265,7 @@ class RaggedBatch:
             if key not in self._metadata:
                 offsets = self._offsets if strategy == "plan" else self.host_layout()[0]
                 plan = torch.ops.octopus.plan(offsets, self.numel(), block_elems)
-                self._metadata[key] = to_device(plan, self.device)
+                self._metadata[key] = plan.to(self.device)
             return self._metadata[key]
         if strategy in TABLE_STRATEGIES:
             key = ("lookup", self.device)

@@ -217,3 +217,25 @@ def test_a_scheduler_step_with_host_timesteps_does_not_wait_for_the_stream():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@cuda
+@pytest.mark.cuda
+def test_a_kept_dense_layout_is_whole_for_another_stream():
+    """crop_resize keeps a dense source's layout per shape: made on a busy stream, it is whole
+    before a call on another stream reads it."""
+    from octopus import crop_resize as crop_module
+    device = torch.device("cuda")
+    g = torch.Generator().manual_seed(16)
+    frame = torch.rand(3, 2, 33, 47, generator=g).to(device)
+    boxes = torch.tensor([[2, 0, 0, 33, 47], [1, 5, 6, 20, 30]], device=device)
+    want = octopus.crop_resize(frame.clone(), boxes, 9, validate=False)  # (its own shape's layout)
+    torch.cuda.synchronize()
+    crop_module._dense_layout.cache_clear()
+    torch.cuda._sleep(50_000_000)  # the current stream is busy for a while
+    octopus.crop_resize(frame, boxes, 9, validate=False)  # makes and keeps the layout
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # no wait for the current stream
+        got = octopus.crop_resize(frame, boxes, 9, validate=False)
+    side.synchronize()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
