@@ -35,8 +35,10 @@ def _build_dense_layout(n: int, channels: int, h: int, w: int,
 def _dense_layout(n: int, channels: int, h: int, w: int, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """:func:`_build_dense_layout`, built once per shape and device and kept, so that a frame
     loop launches the resize alone. Read-only: the ops never write them. Whole before it is
-    kept (one wait for the stream, once): a later call may read it on another stream."""
-    offsets, sizes = _build_dense_layout(n, channels, h, w, device)
+    kept (one wait for the stream, once): a later call may read it on another stream; and
+    ordinary tensors even when made in inference mode (autograd may save them later)."""
+    with torch.inference_mode(False):
+        offsets, sizes = _build_dense_layout(n, channels, h, w, device)
     if device.type == "cuda":
         torch.cuda.current_stream(device).synchronize()
     return offsets, sizes
@@ -49,10 +51,9 @@ def _source_layout(source: Union[RaggedLike, torch.Tensor]) -> Tuple[torch.Tenso
             raise ValueError(f"a dense source must be [N, C, H, W] frames, got shape {format_shape(source.shape)} "
                              f"(one [C, H, W] image goes in as [image] or image[None])")
         n, channels, h, w = source.shape
-        # Traced, captured or in inference mode they are built afresh: a cache must hold neither
-        # fake tensors, graph memory nor inference tensors (autograd could not save those).
-        fresh = (torch.compiler.is_compiling() or torch.is_inference_mode_enabled()
-                 or (source.is_cuda and torch.cuda.is_current_stream_capturing()))
+        # Traced or captured they are built afresh: a cache must hold neither fake tensors nor
+        # graph memory.
+        fresh = torch.compiler.is_compiling() or (source.is_cuda and torch.cuda.is_current_stream_capturing())
         offsets, sizes = (_build_dense_layout if fresh else _dense_layout)(n, channels, h, w, source.device)
         return source.contiguous().view(-1), offsets, sizes, channels
     source = as_ragged(source, "source", also="a dense [N, C, H, W] tensor").batch

@@ -45,6 +45,11 @@ def _channels(batch: RaggedBatch) -> Optional[int]:
 def _kernels(weight: WeightLike, channels: Optional[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``weight`` as the op's contiguous ``[C, 9]`` kernels of ``dtype`` on ``device`` (numbers
     are copied there once and kept, a CPU tensor without waiting for the stream)."""
+    if isinstance(weight, (tuple, list)) and len(weight) == 9 and all(isinstance(v, numbers.Real) for v in weight):
+        # Nine numbers, as the blurs pass theirs: the [C, 9] kernels themselves are kept (per
+        # numbers, channels, dtype and device), so a call only looks them up.
+        channels = channels or 1
+        return constant(tuple(weight) * channels, dtype, device).view(channels, 9)
     w = weight if isinstance(weight, torch.Tensor) else as_device_tensor(weight, dtype, device)
     if not w.is_floating_point():
         raise TypeError(f"weight must be floating point, got {describe(w)}")
@@ -89,15 +94,8 @@ def stencil3x3(batch: RaggedLike, weight: WeightLike, *, border: str = "replicat
     check_strategy(strategy, allow_auto=True)
     strategy, block_elems = tuning.resolve(strategy, block_elems, batch.device, len(batch), batch.numel())
     block_elems = resolve_block_elems(block_elems)
-    channels = _channels(batch)
     dtype = torch.float64 if batch.dtype == torch.float64 else torch.float32
-    if isinstance(weight, (tuple, list)) and len(weight) == 9 and all(isinstance(v, numbers.Real) for v in weight):
-        # Nine numbers, as the blurs pass theirs: the [C, 9] kernel is made on the device once
-        # and kept (per numbers, channels, dtype and device), so a call only looks it up.
-        channels = channels or 1
-        w = constant(tuple(weight) * channels, dtype, batch.device).view(channels, 9)
-    else:
-        w = _kernels(weight, channels, dtype, batch.device)
+    w = _kernels(weight, _channels(batch), dtype, batch.device)
     out = call_op(torch.ops.octopus.stencil3x3, batch.values, batch.offsets, batch.sizes, w, border, strategy,
                   block_elems, batch.metadata(strategy, block_elems), False)
     return given.result(batch.with_values(out))

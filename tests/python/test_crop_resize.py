@@ -1,5 +1,7 @@
 """crop_resize against F.interpolate of each crop (bilinear, align_corners=False)."""
 
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -90,6 +92,8 @@ def test_dense_layout_cache_across_modes(device):
     # leave inference tensors behind for a later differentiable call (autograd saves them).
     src = frames(2, 2, 9, 11, device, torch.float64)
     boxes = torch.tensor([[0, 1, 2, 8, 10], [1, 0, 0, 9, 11]], device=device)
+    # (octopus.crop_resize is the function; its module keeps the layouts.)
+    importlib.import_module("octopus.crop_resize")._dense_layout.cache_clear()  # made in inference mode below
     with torch.inference_mode():
         first = octopus.crop_resize(src, boxes, (5, 6))
     grad_src = src.clone().requires_grad_()

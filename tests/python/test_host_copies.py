@@ -2,6 +2,8 @@
 stream synchronization, in order, and intact: an eager loop of small launches keeps more than
 one in flight (a copy from pageable memory would make each call wait for the queue)."""
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -224,7 +226,7 @@ def test_a_scheduler_step_with_host_timesteps_does_not_wait_for_the_stream():
 def test_a_kept_dense_layout_is_whole_for_another_stream():
     """crop_resize keeps a dense source's layout per shape: made on a busy stream, it is whole
     before a call on another stream reads it."""
-    from octopus import crop_resize as crop_module
+    crop_module = importlib.import_module("octopus.crop_resize")  # (octopus.crop_resize is the function)
     device = torch.device("cuda")
     g = torch.Generator().manual_seed(16)
     frame = torch.rand(3, 2, 33, 47, generator=g).to(device)
