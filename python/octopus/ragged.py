@@ -221,11 +221,16 @@ class RaggedBatch:
 
     def narrow_items(self, start: int, stop: int) -> "RaggedBatch":
         """Items ``start`` to ``stop - 1`` as a batch of their own whose values are a view
-        of this batch's (no copy of the elements; the offsets are rebased where they live)."""
+        of this batch's (no copy of the elements; the offsets are rebased where they live).
+        All of the items: this batch itself, with the plans it has cached."""
         m = len(self)
         if not (isinstance(start, int) and isinstance(stop, int)) or not 0 <= start <= stop <= m:
             raise ValueError(f"narrow_items needs 0 <= start <= stop <= {m} (num_items), got start={start!r}, "
                              f"stop={stop!r}")
+        if start == 0 and stop == m:
+            # (Rebasing copies the offsets on the host and on the device: 0.08 ms for a batch of
+            # 77K items, which every whole slice of lease.item_slices paid.)
+            return self
         offsets, sizes = self.host_layout()
         begin, end = int(offsets[start]), int(offsets[stop])
         host_offsets = offsets[start:stop + 1] - begin

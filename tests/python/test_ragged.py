@@ -202,6 +202,13 @@ def test_narrow_items_is_a_view_of_the_items(device, start, stop):
         assert batch.values[int(batch.offsets[start]):int(batch.offsets[stop])].eq(-1).all()
 
 
+def test_narrow_items_of_every_item_is_the_batch_itself(device):
+    batch = octopus.RaggedBatch.from_tensors([torch.rand(3, device=device), torch.rand(0, device=device)])
+    plan = batch.plan()
+    assert batch.narrow_items(0, 2) is batch and batch.narrow_items(0, 2).plan() is plan
+    assert batch.narrow_items(0, 1) is not batch and batch.narrow_items(0, 1).numel() == 3
+
+
 @pytest.mark.parametrize("start,stop", [(-1, 2), (3, 2), (0, 6), (0.0, 1)])
 def test_narrow_items_rejects_bad_ranges(start, stop):
     batch = octopus.RaggedBatch.from_tensors([torch.rand(3)] * 5)
