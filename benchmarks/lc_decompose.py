@@ -7,7 +7,11 @@ queuing the job's work; a lease's acquire is not in it), the device span (a CUDA
 before the job's work to one recorded after it: its kernels, and their waits for SMs and
 memory) and the wait (the launch returned until the thread sees the work done: what is left
 of the device span, then the wake-up). A device span that grows
-with BE work behind an SM partition is interference the partition does not remove.
+with BE work behind an SM partition is interference the partition does not remove. Where a C
+compiler (``cc``) is on the machine, the start (the scheduled arrival to the thread running) is
+split too: the sleep's wake-up (arrival to the moment the kernel ran the thread again, stamped
+in C before the thread asks for the GIL) and the GIL (that moment to Python running): the
+first is the operating system's, the second other Python threads'.
 
     python benchmarks/lc_decompose.py --json OUT.json            # measure (CUDA)
     python benchmarks/lc_decompose.py --report OUT.json          # print a run's table again
@@ -16,8 +20,14 @@ with BE work behind an SM partition is interference the partition does not remov
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -30,7 +40,41 @@ from octopus.bench.contention.workloads import FAMILIES
 
 MODES = ["LC alone", "priority streams", "fixed: partition 8", "fixed: partition 16"]
 # (raw JSON key, label): the job's total and its parts ("wake" holds the wait).
-PARTS = (("total", "total"), ("start", "start"), ("launch", "launch"), ("device", "device"), ("wake", "wait"))
+PARTS = (("total", "total"), ("start", "start"), ("woke", "woke"), ("gil", "gil"), ("launch", "launch"),
+         ("device", "device"), ("wake", "wait"))
+
+# Sleeps until a CLOCK_MONOTONIC time (time.perf_counter's clock on Linux, as time.sleep does)
+# and returns when the thread ran again, before ctypes takes the GIL back.
+_SLEEP_UNTIL_C = r"""
+#include <errno.h>
+#include <time.h>
+double sleep_until(double t) {
+  struct timespec at;
+  at.tv_sec = (time_t)t;
+  at.tv_nsec = (long)((t - (double)at.tv_sec) * 1e9);
+  if (at.tv_nsec > 999999999L) at.tv_nsec = 999999999L;
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR) {}
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+"""
+
+
+def _sleep_until_c() -> Any:
+    """``sleep_until`` compiled with ``cc`` (None where there is no compiler, or it fails)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or time.get_clock_info("perf_counter").implementation != "clock_gettime(CLOCK_MONOTONIC)":
+        return None
+    folder = tempfile.mkdtemp(prefix="lc_decompose_")
+    source, library = os.path.join(folder, "sleep_until.c"), os.path.join(folder, "sleep_until.so")
+    with open(source, "w") as f:
+        f.write(_SLEEP_UNTIL_C)
+    if subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", library, source]).returncode != 0:
+        return None
+    function = ctypes.CDLL(library).sleep_until  # (a CDLL call lets go of the GIL)
+    function.argtypes, function.restype = [ctypes.c_double], ctypes.c_double
+    return function
 
 
 class DecomposingRunner(Runner):
@@ -42,16 +86,35 @@ class DecomposingRunner(Runner):
         super().__init__(*args, **kwargs)
         self.parts: Dict[str, List[Tuple[float, float, float]]] = {}
         self._arrivals: Dict[str, List[float]] = {}
+        # Per job, per launch: (arrival to the wake, the wake to Python running), seconds.
+        self.starts: Dict[str, List[Tuple[float, float]]] = {}
+        self._sleep_c = _sleep_until_c()
+        self._thread_starts = threading.local()
 
     def run(self, mode: Any) -> Dict[str, Any]:
         self.parts.clear()
         self._arrivals.clear()
+        self.starts.clear()
         return super().run(mode)
 
     def _lc_thread(self, job: Any, launch: Callable[[], None], start: float, phase: float, stop: Any,
                    out: List[tuple], errors: List[BaseException]) -> None:
+        self._thread_starts.out = self.starts.setdefault(job.name, [])
         super()._lc_thread(job, launch, start, phase, stop, out, errors)
         self._arrivals[job.name] = [arrival for arrival, _, _ in out]  # one per launch, as parts
+
+    def _sleep_until(self, arrival: float) -> None:
+        if self._sleep_c is None:
+            return super()._sleep_until(arrival)
+        now = time.perf_counter()
+        woke = self._sleep_c(arrival) if arrival > now else now  # (behind: no sleep, the backlog is its wake)
+        self._thread_starts.out.append((max(0.0, woke - arrival), time.perf_counter() - woke))
+
+    def window_starts(self, job: str) -> List[Tuple[float, float]]:
+        """As window_parts, the split starts (empty without the compiled sleep)."""
+        assert self.window is not None
+        t0, t1 = self.window
+        return [part for arrival, part in zip(self._arrivals[job], self.starts.get(job, [])) if t0 <= arrival < t1]
 
     def window_parts(self, job: str) -> List[Tuple[float, float, float]]:
         """The parts of the jobs that arrived in the last run's measured window (its row's jobs:
@@ -101,8 +164,11 @@ def measure(measure_s: float, workloads: List[str], names: List[str], controller
             for job in runner.parts:
                 parts = runner.window_parts(job)
                 launch, span, wake = zip(*parts) if parts else ((), (), ())
+                starts = runner.window_starts(job)
+                woke, gil = zip(*starts) if starts else ((), ())
                 rows.append(dict(workload=workload, mode=name, run=run, job=job, clock=row["sm_clock_mhz"],
                                  total=row["lc_ms"][job], start=row["lc_start_ms"][job],
+                                 woke=[1e3 * v for v in woke], gil=[1e3 * v for v in gil],
                                  launch=[1e3 * v for v in launch], device=[1e3 * v for v in span],
                                  wake=[1e3 * v for v in wake]))
             # (the workload's rows, for its LC-alone row's threshold; this run's line is the last)
@@ -125,7 +191,7 @@ def report(rows: List[Dict[str, Any]], ratio: float = 1.5) -> str:
         line_key = (r["workload"], r["mode"], r.get("run", n))
         line = lines.get(line_key, f"{r['workload']:7s} {r['mode']:36s} clk {r['clock']:.0f}")
         parts = " ".join(f"{label} {percentile(r[key], 50):.2f}/{percentile(r[key], 99):.2f}"
-                         for key, label in PARTS if r[key])
+                         for key, label in PARTS if r.get(key))
         threshold = alone_p99.get((r["workload"], r["job"])) if r["mode"] != "LC alone" else None
         over = _over(r, ratio * threshold) if threshold else ""
         lines[line_key] = line + f" | {r['job']} {parts}{over}"
@@ -136,7 +202,8 @@ def _over(r: Dict[str, Any], threshold: float) -> str:
     """A row's jobs over ``threshold`` (ms): how many, and the median of each part, against
     those within."""
     n = len(r["total"])
-    if any(len(r[key]) != n for key, _ in PARTS):
+    keys = [(key, label) for key, label in PARTS if r.get(key)]  # (files before the split start have no woke, gil)
+    if any(len(r[key]) != n for key, _ in keys):
         raise ValueError(f"{r['workload']} {r['mode']} {r['job']}: parts of {n} jobs expected")
     over = [i for i in range(n) if r["total"][i] > threshold]
     within = [i for i in range(n) if r["total"][i] <= threshold]
@@ -144,7 +211,7 @@ def _over(r: Dict[str, Any], threshold: float) -> str:
         return f" (over {threshold:.3f} ms: {len(over)} of {n})"
 
     def medians(jobs: List[int]) -> str:
-        return " ".join(f"{label} {percentile([r[key][i] for i in jobs], 50):.2f}" for key, label in PARTS)
+        return " ".join(f"{label} {percentile([r[key][i] for i in jobs], 50):.2f}" for key, label in keys)
     return f" (over {threshold:.3f} ms: {len(over)} of {n}: {medians(over)}; within: {medians(within)})"
 
 
@@ -158,6 +225,8 @@ def main() -> int:
                    help=f"the benchmark's modes to run, by name, in order (default: {MODES})")
     p.add_argument("--controller-warmup", type=float, default=8.0,
                    help="seconds a latency-control mode runs before it is measured")
+    p.add_argument("--switch-interval", type=float, default=2e-4,
+                   help="sys.setswitchinterval (seconds), as octopus-bench contention's option")
     args = p.parse_args()
     if args.report:
         with open(args.report) as f:
@@ -167,7 +236,7 @@ def main() -> int:
         print("lc_decompose.py needs a CUDA device", file=sys.stderr)
         return 1
     torch.backends.cuda.matmul.allow_tf32 = True
-    sys.setswitchinterval(2e-4)
+    sys.setswitchinterval(args.switch_interval)
     rows = measure(args.measure, args.workloads, args.modes, args.controller_warmup)
     if args.json:
         with open(args.json, "w") as f:

@@ -119,9 +119,7 @@ class Runner:
             while not stop.is_set():
                 arrival = start + phase + k * job.period_s
                 k += 1
-                wait = arrival - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
+                self._sleep_until(arrival)
                 started = time.perf_counter()
                 if watched:
                     self._running[threading.get_ident()] = (job.name, started)
@@ -133,6 +131,12 @@ class Runner:
         except BaseException as error:  # noqa: BLE001 (the mode fails with it, not a row without this job)
             errors.append(error)
             self._running.pop(threading.get_ident(), None)  # not a stalled job for the watchdog
+
+    def _sleep_until(self, arrival: float) -> None:
+        """An LC thread's wait for its next job's arrival (``time.perf_counter`` seconds)."""
+        wait = arrival - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
 
     def _stall_watchdog(self, stop: threading.Event, dumps: List[Dict[str, Any]], limit: int = 20) -> None:
         """Every thread's Python stack, once per LC job that has run for over stall_dump_ms
