@@ -45,6 +45,10 @@ SWEEP = [
     # The latency controller's steps of larger partitions (its ladder, latency_controller.h).
     ("partition 24 + device yield", 24, 0, "off", None, True),
     ("partition 32 + device yield", 32, 0, "off", None, True),
+    # Step 3's settings with BE holders also paused at their checkpoints while LC leases are
+    # held, their work left whole: whether a BE thread kept off the GIL then shortens the LC
+    # jobs' host time (benchmarks/README.md#contention, thirty-fourth session).
+    ("partition 24 + device yield + throttle", 24, 0, "held", None, True),
 ]
 
 TARGET_RATIOS = (1.5, 3.0)
