@@ -264,6 +264,25 @@ TEST(LatencyControl, PinnedKnobsStayWhereTheyArePinned) {
   EXPECT_GT(c.climbs, 0) << "the other knobs still move";
 }
 
+TEST(LatencyControl, AYieldPinnedOnClosesTheGateForEveryLatencyCriticalKind) {
+  // Pinned, the yield holds for every latency-critical lease: the controller tries no kind
+  // with its gate open (unpinned, a kind within its target at rest is tried after 0.5 s).
+  SchedulerConfig config;
+  config.device_yield = true;
+  Device d(config);
+  const auto started = Clock::now();
+  while (Clock::now() - started < 2500ms) {
+    d.job(300us, {1.0});
+    std::this_thread::sleep_for(200us);
+  }
+  const ControlStats& c = control(*d.scheduler);
+  ASSERT_FALSE(c.kinds.empty());
+  for (const KindControl& k : c.kinds) {
+    EXPECT_TRUE(k.closes_gate) << k.kind;
+    EXPECT_EQ(k.gate_trials, 0) << k.kind;
+  }
+}
+
 TEST(LatencyControl, OffMeansNoControllerAndCallerSizedSlices) {
   SchedulerConfig config;
   config.latency_control = false;

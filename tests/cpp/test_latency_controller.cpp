@@ -1054,6 +1054,21 @@ TEST(LatencyController, ClosesAKeptGateAgainWhenItLengthensItsKindsTail) {
   EXPECT_GE(after.gate_failures, before.gate_failures + 1);
 }
 
+TEST(LatencyController, TriesNoGateWhereGateTriesAreOff) {
+  // As LeavesTheGateOpenForTheKindsTheYieldDoesNotHelp, where eager's try would hold: with
+  // try_gates off (the yield pinned on), every kind's leases close the gate throughout.
+  ControllerOptions options;
+  options.try_gates = false;
+  GatedKinds device;
+  LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+  device.run(c, 33000);  // 33 s (each run is 1 ms)
+  ASSERT_GE(c.step(), 1);
+  for (const KindControl& k : c.kinds()) {
+    EXPECT_TRUE(k.closes_gate) << k.kind;
+    EXPECT_EQ(k.gate_trials, 0) << k.kind;
+  }
+}
+
 TEST(LatencyController, TriesNoKindWithoutTheGateAtStepsWithoutTheYield) {
   const ControllerOptions options;
   GatedKinds device;

@@ -69,7 +69,8 @@ struct SchedulerConfig {
   std::optional<int> reserved_sms;
   // Whether octopus's ragged kernels on best-effort streams step aside on the device while
   // latency-critical leases are held there (yield_gate.h). Unset: the latency controller's
-  // step decides (off without latency control); set, it is pinned.
+  // step decides (off without latency control), and which kinds' leases need it; set, it is
+  // pinned, for every latency-critical lease.
   std::optional<bool> device_yield;
   // The longest one pause lasts (negative: no limit) before the holder runs one more slice
   // anyway; it also caps how long a yielded kernel waits for the device's gate (yield_gate.h).

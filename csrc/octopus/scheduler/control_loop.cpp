@@ -30,6 +30,7 @@ ControllerOptions controller_options(const SchedulerConfig& config) {
   ControllerOptions o;
   o.default_ratio = config.latency_ratio;
   o.budget_cap = config.latency_error_budget;
+  o.try_gates = !config.device_yield;  // pinned on, every LC lease closes it (pinned off, none yields)
   return o;
 }
 

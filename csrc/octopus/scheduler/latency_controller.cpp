@@ -422,7 +422,7 @@ std::optional<bool> LatencyController::gate_worse(const Kind& k, double now_s) c
 }
 
 void LatencyController::maybe_open_gate(double now_s) {
-  if (probing_ || !trial_.empty()) return;
+  if (!options_.try_gates || probing_ || !trial_.empty()) return;
   if (!gate_trial_.empty()) {
     Kind& k = kinds_.at(gate_trial_);
     const std::optional<bool> worse = gate_worse(k, now_s);  // a try lasts until its record judges it

@@ -199,6 +199,9 @@ struct ControllerOptions {
   // its target's edge would be reported a third of the time), and that no step's record shows
   // within it, is reported infeasible (until its target moves: withdraw_stale_report).
   std::size_t infeasible_samples = 200;
+  // Whether kinds' gates are tried open at all (off: every LC lease closes the gate at the
+  // steps with the yield; SchedulerConfig::device_yield pinned on).
+  bool try_gates = true;
   // A try of leaving a kind's gate open that its record has not judged in this long (a kind
   // too rare to collect the jobs) ends with the gate closed, as a failed one.
   double gate_trial_limit_s = 30.0;

@@ -74,8 +74,9 @@ class SchedulerConfig:
             claiming work within a block of elements and continue once the lease's work is
             done (or after a bound: twice the recent latency-critical holds, 1 to 10 ms), with
             results bit for bit those of an ordinary launch (the guide's "Best-effort kernels
-            that step aside"). None: the controller's (on at every step but its first; off
-            without it).
+            that step aside"). None: the controller's (on at every step but its first, for the
+            latency-critical kinds it finds need it; off without it). Pinned on, every
+            latency-critical lease makes them step aside.
         infeasible_deadline: ``"reject"`` (raise :class:`DeadlineMissed` at once) or
             ``"promote"`` (make it latency-critical) for a request whose deadline cannot be
             met by the estimate from its kind's recent hold times.
