@@ -41,6 +41,14 @@ def test_error_budgets_run_the_controller_once_per_budget():
     assert len({m.name for m in controller}) == 4 and all("error budget" in m.name for m in controller)
 
 
+def test_pinned_yield_adds_the_controller_with_the_yield_pinned_on():
+    controller = [m for m in modes(sweep=False, pinned_yield=True) if m.kind == "controller"]
+    assert [(m.target_ratio, m.options.get("device_yield")) for m in controller] == [
+        (1.5, None), (3.0, None), (1.5, True), (3.0, True)]
+    assert len({m.name for m in controller}) == 4
+    assert [m for m in modes(sweep=False) if m.kind == "controller"] == controller[:2]
+
+
 def row(name, kind, lc_ms, be_per_s):
     return dict(name=name, kind=kind, lc_ms=lc_ms, be_per_s=be_per_s)
 

@@ -49,6 +49,9 @@ def parser() -> argparse.ArgumentParser:
                         "the table then says in how many runs each mode met each target)")
     p.add_argument("--error-budgets", type=float, nargs="+", default=None, metavar="N",
                    help="run the controller modes once per SchedulerConfig.latency_error_budget given (an A/B)")
+    p.add_argument("--pinned-yield", action="store_true",
+                   help="also run the controller modes with device_yield pinned on (every LC lease makes "
+                        "octopus's BE kernels step aside; no kind's gate tried open): an A/B")
     p.add_argument("--interference", type=int, nargs="+", default=None, metavar="SMS",
                    help="also run each BE job on its own beside the LC jobs, behind fixed partitions keeping "
                         "these many SMs free of BE work (0: none): which BE jobs a partition protects LC from")
@@ -69,7 +72,8 @@ def run_workload(name: str, device: torch.device, args: argparse.Namespace) -> D
                     getattr(args, "stall_dump", None), getattr(args, "lc_arrival", False))
     rows: List[Dict[str, Any]] = []
     repeats = getattr(args, "repeats", 1)
-    for mode in modes(sweep=not args.no_sweep, error_budgets=getattr(args, "error_budgets", None)):
+    for mode in modes(sweep=not args.no_sweep, error_budgets=getattr(args, "error_budgets", None),
+                      pinned_yield=getattr(args, "pinned_yield", False)):
         if args.only and mode.kind != "alone" and not any(text in mode.name for text in args.only):
             continue
         for repeat in range(1 if mode.kind == "alone" else repeats):

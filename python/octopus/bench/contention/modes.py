@@ -64,9 +64,11 @@ def interference_modes(free_sms: Sequence[int]) -> List[Mode]:
             for sms in free_sms]
 
 
-def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None) -> List[Mode]:
+def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None, pinned_yield: bool = False) -> List[Mode]:
     """Every mode of one workload, in the order they run; with ``error_budgets``, the
-    controller at each target once per ``latency_error_budget`` (an A/B of the controller)."""
+    controller at each target once per ``latency_error_budget`` (an A/B of the controller);
+    with ``pinned_yield``, the controller at each target also with ``device_yield`` pinned on
+    (every LC lease closes the yield gate: no kind's gate tried open)."""
     out = [Mode("LC alone", "normal", "none", kind="alone"),
            Mode("BE alone", "none", "normal", kind="alone"),
            Mode("plain streams", "normal", "normal"),
@@ -83,4 +85,7 @@ def modes(sweep: bool = True, error_budgets: Sequence[float] | None = None) -> L
         out += [Mode(f"octopus latency control, target {r:g}x, error budget {b:g}", "lease", "lease",
                      kind="controller", target_ratio=r, options=dict(latency_ratio=r, latency_error_budget=b))
                 for r in TARGET_RATIOS for b in error_budgets]
+    if pinned_yield:
+        out += [Mode(f"octopus latency control, target {r:g}x, yield pinned", "lease", "lease", kind="controller",
+                     target_ratio=r, options=dict(latency_ratio=r, device_yield=True)) for r in TARGET_RATIOS]
     return out
