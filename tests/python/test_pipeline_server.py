@@ -166,6 +166,17 @@ def test_sdxl_requests_equal_the_pipeline_called_alone(xl_pipe):
     assert_served_as_alone(xl_pipe, requests)
 
 
+def test_a_vae_with_latent_statistics_decodes_as_the_pipeline_does(xl_pipe):
+    """An SDXL VAE with latents_mean / latents_std: the latents are un-normalized with them
+    before decoding, as the pipeline does (the statistics kept on the device)."""
+    xl_pipe.vae.register_to_config(latents_mean=[0.1, -0.2, 0.3, 0.05], latents_std=[1.5, 0.5, 2.0, 1.1])
+    try:
+        assert_served_as_alone(xl_pipe, [dict(prompt="a cat", num_inference_steps=3, seed=1, output_type="pt"),
+                                         dict(prompt="a dog", num_inference_steps=4, width=24, seed=2, output_type="pt")])
+    finally:
+        xl_pipe.vae.register_to_config(latents_mean=None, latents_std=None)
+
+
 def test_sd3_requests_equal_the_pipeline_called_alone(sd3_pipe):
     """SD3: pooled projections, the flow-matching shift of each request's own resolution, the
     VAE's shift factor."""

@@ -44,6 +44,7 @@ from typing import Any, Callable, Deque, Iterator, Sequence
 
 import torch
 
+from .._host_copies import constant
 from ..scheduling import StreamScheduler
 from ..scheduling.arguments import parse_priority
 from .continuous import ContinuousSampler
@@ -444,9 +445,10 @@ class PipelineServer:
 
     def _time_ids(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """SDXL's added time ids for an image of the request's size, as the pipeline builds them
-        by default: original size = target size = (height, width), crop at (0, 0)."""
+        by default: original size = target size = (height, width), crop at (0, 0); kept on the
+        device per size (a copy from the host at every request would wait for the stream)."""
         height, width = shape[1] * self.vae_scale_factor, shape[2] * self.vae_scale_factor
-        return torch.tensor([height, width, 0, 0, height, width], dtype=dtype, device=self.device)
+        return constant([height, width, 0, 0, height, width], dtype, self.device)
 
     def _submit(self, r: _Request, cond: dict[str, torch.Tensor], negative: dict[str, torch.Tensor] | None) -> None:
         if self._kind == "sdxl":
@@ -562,8 +564,9 @@ class PipelineServer:
                 x = x / config.scaling_factor + shift
             elif mean is not None and std is not None:
                 shape = (1, x.shape[1], 1, 1)
-                mean_t = torch.tensor(mean).view(shape).to(x.device, x.dtype)
-                std_t = torch.tensor(std).view(shape).to(x.device, x.dtype)
+                # Kept on the device; through float32 as the pipelines round them.
+                mean_t = constant(torch.tensor(mean).tolist(), x.dtype, x.device).view(shape)
+                std_t = constant(torch.tensor(std).tolist(), x.dtype, x.device).view(shape)
                 x = x * std_t / config.scaling_factor + mean_t
             else:
                 x = x / config.scaling_factor
