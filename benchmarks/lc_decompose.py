@@ -70,9 +70,12 @@ def _sleep_until_c() -> Any:
     source, library = os.path.join(folder, "sleep_until.c"), os.path.join(folder, "sleep_until.so")
     with open(source, "w") as f:
         f.write(_SLEEP_UNTIL_C)
-    if subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", library, source]).returncode != 0:
-        return None
-    function = ctypes.CDLL(library).sleep_until  # (a CDLL call lets go of the GIL)
+    try:
+        if subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", library, source]).returncode != 0:
+            return None
+        function = ctypes.CDLL(library).sleep_until  # (a CDLL call lets go of the GIL)
+    finally:
+        shutil.rmtree(folder)  # (a loaded library stays mapped)
     function.argtypes, function.restype = [ctypes.c_double], ctypes.c_double
     return function
 
