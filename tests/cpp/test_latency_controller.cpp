@@ -1054,6 +1054,34 @@ TEST(LatencyController, ClosesAKeptGateAgainWhenItLengthensItsKindsTail) {
   EXPECT_GE(after.gate_failures, before.gate_failures + 1);
 }
 
+TEST(LatencyController, ClosesAGateThatCostsItsKindItsTarget) {
+  // eager is late on 0.3% of its jobs with its gate closed and on 1.3% with it open: a gap the
+  // records' means of 128 jobs cannot see (the try holds, and its spent budgets used to climb
+  // with the gate left open most of the time: 98.8-99.1% of its jobs within target), which
+  // its tail over hundreds of jobs shows: the gate closes, and it keeps within its target.
+  for (const unsigned seed : {1u, 2u, 3u}) {
+    const ControllerOptions options;
+    GatedKinds device;
+    device.rng.seed(seed);
+    device.eager_tail = 0.003;
+    device.eager_open_tail = 0.01;
+    device.tail_latency = 1.7e-3;  // over its target (1.5x an alone p99 of about 1.05 ms), under severe
+    LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
+    device.run(c, 20000);  // 20 s
+    const KindControl before = device.kind(c, "eager");
+    int open = 0, samples = 0;
+    for (; samples < 600; ++samples) {  // the next 60 s
+      device.run(c, 100);
+      open += !c.closes_gate("eager");
+    }
+    const KindControl after = device.kind(c, "eager");
+    const double within = static_cast<double>(after.within_target - before.within_target) /
+                          static_cast<double>(after.judged - before.judged);
+    EXPECT_GE(within, 0.99) << "seed " << seed << ", gate open " << open << " of " << samples;
+    EXPECT_LT(open, samples / 10) << "seed " << seed;
+  }
+}
+
 TEST(LatencyController, TriesNoGateWhereGateTriesAreOff) {
   // As LeavesTheGateOpenForTheKindsTheYieldDoesNotHelp, where eager's try would hold: with
   // try_gates off (the yield pinned on), every kind's leases close the gate throughout.

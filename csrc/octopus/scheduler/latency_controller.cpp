@@ -256,9 +256,11 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
     if (settled && gate_left_open.value_or(yields() && k.gate_open)) {
       at.open.add(latency_s);  // the gate's record, apart from the step's
       at.open_last_s = now_s;
+      at.open_tail.add(target && latency_s > *target);
     } else if (settled) {
       at.last_s = now_s;
       at.recent.add(latency_s);
+      at.closed_tail.add(target && latency_s > *target);
     } else {
       at.unsettled += 1;
     }
@@ -470,14 +472,23 @@ bool LatencyController::undo_change(const std::string& spender, double now_s) {
   return undo_gate(spender, now_s) || undo_release(now_s);
 }
 
+bool LatencyController::gate_costs_target(const Kind& k, double now_s) const {
+  const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step_)];
+  if (at.open_tail.jobs < kTailJobs || at.closed_tail.jobs < kTailJobs || now_s - at.last_s > options_.step_memory_s) {
+    return false;
+  }
+  const double allowed = 1.0 - options_.attainment;
+  return at.open_tail.over > allowed * at.open_tail.jobs && at.closed_tail.over <= allowed * at.closed_tail.jobs;
+}
+
 bool LatencyController::undo_gate(const std::string& spender, double now_s) {
   const Kind& k = kinds_.at(spender);
   if (!yields() || !k.gate_open) return false;  // where nothing yields, the gate is not it
   const std::optional<bool> worse = gate_worse(k, now_s);
   if (!worse && spender == gate_trial_) return true;  // a try too young to judge: no climb before it is
   // Closed where its record says the gate was it, or has no say at this step (a step it came
-  // to open): closing the gate again costs BE work less than a climb.
-  if (worse.value_or(true)) {
+  // to open), or its tail says so: closing the gate again costs BE work less than a climb.
+  if (worse.value_or(true) || gate_costs_target(k, now_s)) {
     close_gate_again(spender, now_s);
     return true;
   }

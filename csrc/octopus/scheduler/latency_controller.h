@@ -42,8 +42,10 @@
 // (ControllerOptions::record_margin, record_confidence). Outside a release try, a kind whose
 // gate is open and spends its budget has it closed again, with no climb, where its record at
 // the step says the gate was it or has no say there (no recent jobs with the gate open at the
-// step); a try too young to judge spends no budget on a climb either; a change of step ends a
-// try unjudged.
+// step), or where its tail there, over hundreds of jobs each way, meets its target with the
+// gate closed and misses it open (gate_costs_target: what records holding a few late jobs
+// cannot tell); a try too young to judge spends no budget on a climb either; a change of step
+// ends a try unjudged.
 //
 // A higher step is not taken to protect better: each kind's record at each step keeps a spent
 // budget from climbing where the step above did no better (or, where the step's own record
@@ -332,12 +334,27 @@ class LatencyController {
     bool reported = false;
     std::size_t median_unhelped = 0;  // samples since its median was over its bound with no step to help
     bool median_reported = false;
+    // Of a kind's jobs at a step, how many and how many over its target then, the older ones
+    // counting half once kTailJobs have come (a record of its tail, where a window of
+    // kStepWindow jobs holds one or two over a p99 target).
+    struct TailCount {
+      double jobs = 0.0, over = 0.0;
+      void add(bool is_over) {
+        jobs += 1.0;
+        over += is_over ? 1.0 : 0.0;
+        if (jobs >= 2.0 * kTailJobs) {
+          jobs /= 2.0;
+          over /= 2.0;
+        }
+      }
+    };
     struct AtStep {
       std::size_t jobs = 0, over = 0, unsettled = 0;
       double last_s = -1e300;  // when its last settled job completed (with the gate closed: `recent`'s)
       detail::SampleWindow recent;
       detail::SampleWindow open;  // its jobs with the gate left open (the gate's record)
       double open_last_s = -1e300;  // when the last of them completed
+      TailCount closed_tail, open_tail;  // the settled jobs' tails, gate closed and left open
       explicit AtStep(std::size_t window) : recent(window), open(window) {}
     };
     std::vector<AtStep> at_steps;  // per step of the ladder
@@ -352,6 +369,9 @@ class LatencyController {
   static constexpr std::size_t kStepWindow = 128;  // jobs per kind and step kept for its percentiles
   // Of a kind's jobs with its gate open, at least this many judge it.
   static constexpr std::size_t kGateJudgedJobs = 16;
+  // Jobs a TailCount weighs at least (and at most twice as many), with the gate closed and
+  // open alike, before it says that the gate costs a kind its target (gate_costs_target).
+  static constexpr double kTailJobs = 400.0;
 
   Kind& kind(const std::string& name);
   std::optional<double> target_s(const Kind& k) const;
@@ -423,9 +443,15 @@ class LatencyController {
   // them at least) are worse than with it closed (record_jobs of them, however old: that
   // record is not refreshed while the gate is open); unknown without both records.
   std::optional<bool> gate_worse(const Kind& k, double now_s) const;
+  // Whether the kind, at this step, meets its target with its gate closed and misses it with
+  // the gate open, by the tails of kTailJobs of each at least (the closed ones of the last
+  // step_memory_s): a gap in the share over the target that the records' means, of
+  // kStepWindow jobs, cannot see (1% of them over against 2%).
+  bool gate_costs_target(const Kind& k, double now_s) const;
   // Closes `spender`'s open gate where its record at the step says it spent the budget or
-  // has no say (true); true too while its try is too young to judge; false where its record
-  // says the gate was not it (then a release is undone or the controller climbs).
+  // has no say, or the gate costs it its target there (true); true too while its try is too
+  // young to judge; false where its record says the gate was not it (then a release is undone
+  // or the controller climbs).
   bool undo_gate(const std::string& spender, double now_s);
   // Ends a gate try under way without judging it (no failure): the kind's gate closes.
   void end_gate_try_unjudged();
