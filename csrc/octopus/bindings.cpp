@@ -139,6 +139,8 @@ py::dict control_dict(const sched::ControlStats& c) {
       sd["unsettled"] = at.unsettled;
       sd["p50_s"] = optional_number(at.p50_s);
       sd["p99_s"] = optional_number(at.p99_s);
+      sd["closed_tail"] = py::make_tuple(at.closed_tail_jobs, at.closed_tail_over);
+      sd["open_tail"] = py::make_tuple(at.open_tail_jobs, at.open_tail_over);
       steps.append(sd);
     }
     kd["steps"] = steps;

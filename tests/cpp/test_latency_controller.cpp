@@ -1079,6 +1079,11 @@ TEST(LatencyController, ClosesAGateThatCostsItsKindItsTarget) {
                           static_cast<double>(after.judged - before.judged);
     EXPECT_GE(within, 0.99) << "seed " << seed << ", gate open " << open << " of " << samples;
     EXPECT_LT(open, samples / 10) << "seed " << seed;
+    // Its stats carry the tails the decision read: at the step it ended at, closed.
+    const StepLatency& at = after.steps[static_cast<std::size_t>(c.step())];
+    EXPECT_GE(at.closed_tail_jobs, 400.0) << "seed " << seed;
+    EXPECT_LE(at.closed_tail_jobs, 800.0) << "seed " << seed;
+    EXPECT_LE(at.closed_tail_over, 0.01 * at.closed_tail_jobs) << "seed " << seed;
   }
 }
 

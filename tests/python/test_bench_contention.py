@@ -136,6 +136,13 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     kinds["b"].update(closes_gate=True, gate_trials=2, gate_failures=2)
     assert report.format_table(rows).splitlines()[2].endswith(
         "descents 1 | gate open for a (tries/undone: a 1/0, b 2/2)")
+    # With the tails the stats have (at the step it ended at): the share over target each way.
+    kinds["a"]["steps"][2].update(closed_tail=(800.0, 4.0), open_tail=(600.0, 18.0))
+    assert report.format_table(rows).splitlines()[2].endswith(
+        "| gate open for a (tries/undone: a 1/0, b 2/2; over target at the step, gate closed / open: "
+        "a 0.5% of 800 / 3.0% of 600)")
+    kinds["a"]["steps"][2]["open_tail"] = (0.0, 0.0)
+    assert report.format_table(rows).splitlines()[2].endswith("a 0.5% of 800 / -)")
     kinds["a"].update(closes_gate=True, gate_trials=0, gate_failures=0)
     kinds["b"].update(gate_trials=0, gate_failures=0)
     assert report.format_table(rows).splitlines()[2].endswith("descents 1")

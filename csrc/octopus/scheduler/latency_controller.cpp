@@ -742,7 +742,8 @@ std::vector<KindControl> LatencyController::kinds() const {
     c.gate_trials = k.gate_trials;
     c.gate_failures = k.gate_failures;
     for (const Kind::AtStep& at : k.at_steps) {
-      c.steps.push_back(StepLatency{at.jobs, at.over, at.unsettled, at.recent.quantile(0.5), at.recent.quantile(0.99)});
+      c.steps.push_back(StepLatency{at.jobs, at.over, at.unsettled, at.recent.quantile(0.5), at.recent.quantile(0.99),
+                                    at.closed_tail.jobs, at.closed_tail.over, at.open_tail.jobs, at.open_tail.over});
     }
     out.push_back(std::move(c));
   }

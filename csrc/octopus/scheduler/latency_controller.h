@@ -223,6 +223,9 @@ struct StepLatency {
   std::size_t over = 0;       // of them, over the target in force then
   std::size_t unsettled = 0;  // of them, not in the record: BE work of an earlier step was on the device
   std::optional<double> p50_s, p99_s;  // of its most recent settled jobs at the step, gate closed
+  // Its settled jobs' tails at the step, gate closed and left open: jobs and of them over the
+  // target (the older ones halved past 2 x LatencyController::kTailJobs; gate_costs_target).
+  double closed_tail_jobs = 0.0, closed_tail_over = 0.0, open_tail_jobs = 0.0, open_tail_over = 0.0;
 };
 
 // What the controller knows of one kind, for stats and warnings.

@@ -517,7 +517,9 @@ class StreamScheduler:
         ``steps``, per step of the ladder, its jobs while the controller held that step (best-
         effort work present), how many were over target, how many were left out of the step's
         record as ``unsettled`` (best-effort work an earlier step let in was still on the device),
-        and the recent settled jobs' p50 and p99: what each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
+        the recent settled jobs' p50 and p99, and their tails with the yield gate closed and
+        left open (``closed_tail``, ``open_tail``: jobs and of them over the target, the older
+        ones counting half past 800): what each step bought it on this workload; per best-effort kind (``best_effort_kinds``)
         whether the controller released it to ``released_settings`` (the last step that
         only keeps SMs free), whether that is a try still under way, its tries and how
         many were undone; and per latency-critical kind whether its leases close the yield

@@ -121,8 +121,18 @@ def _controller_path(control: Optional[Dict[str, Any]]) -> str:
     if any(k.get("gate_trials") for k in kinds.values()):  # the LC kinds it tried without the gate
         opened = ", ".join(name for name, k in kinds.items() if not k["closes_gate"]) or "none"
         tries = ", ".join(f"{name} {k['gate_trials']}/{k['gate_failures']}" for name, k in kinds.items())
-        path += f" | gate open for {opened} (tries/undone: {tries})"
+        path += f" | gate open for {opened} (tries/undone: {tries}{_gate_tails(kinds, control['step'])})"
     return path
+
+
+def _gate_tails(kinds: Dict[str, Any], step: int) -> str:
+    """Per LC kind, its share of jobs over target at ``step`` with the gate closed and open
+    (where its stats have tails: builds before them have none)."""
+    def share(tail: Any) -> str:
+        return f"{100 * tail[1] / tail[0]:.1f}% of {tail[0]:.0f}" if tail[0] else "-"
+    tails = [f"{name} {share(k['steps'][step]['closed_tail'])} / {share(k['steps'][step]['open_tail'])}"
+             for name, k in kinds.items() if step < len(k.get("steps") or []) and "closed_tail" in k["steps"][step]]
+    return f"; over target at the step, gate closed / open: {', '.join(tails)}" if tails else ""
 
 
 def _over(value: Optional[float], alone: float) -> str:
