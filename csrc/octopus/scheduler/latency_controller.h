@@ -337,9 +337,9 @@ class LatencyController {
     bool reported = false;
     std::size_t median_unhelped = 0;  // samples since its median was over its bound with no step to help
     bool median_reported = false;
-    // Of a kind's jobs at a step, how many and how many over its target then, the older ones
-    // counting half once kTailJobs have come (a record of its tail, where a window of
-    // kStepWindow jobs holds one or two over a p99 target).
+    // Of a kind's jobs at a step, how many and how many over its target then, both halved
+    // each time they reach 2 x kTailJobs jobs, so that older jobs weigh less (a record of its
+    // tail, where a window of kStepWindow jobs holds one or two over a p99 target).
     struct TailCount {
       double jobs = 0.0, over = 0.0;
       void add(bool is_over) {

@@ -463,7 +463,7 @@ class _SigmaScheduler(_BatchedScheduler):
         t = np.asarray(torch.as_tensor(timesteps).double().cpu())
         steps = self._check_timesteps(t)
         sig = [self._rows[i if len(self._rows) > 1 else 0].sigma(k) if k >= 0 else 0.0 for i, k in enumerate(steps)]
-        return to_device(torch.tensor(sig, dtype=torch.float64), self._device)  # (no wait for the stream)
+        return to_device(torch.tensor(sig, dtype=torch.float64), self._device)  # (no further wait for the stream)
 
 
 class EulerDiscreteScheduler(_SigmaScheduler):
