@@ -967,6 +967,25 @@ struct GatedKinds {
     }
   }
   static KindControl kind(const LatencyController& c, const std::string& name) { return named(c.kinds(), name); }
+  // `rounds` more rounds of 100 ms: in how many of them eager's gate was open at their end,
+  // the share of its jobs within target meanwhile, and its stats before and after.
+  struct Watched {
+    int open = 0, rounds = 0;
+    double within = 0.0;
+    KindControl before, after;
+  };
+  Watched watch_eager(LatencyController& c, int rounds) {
+    Watched w;
+    w.before = kind(c, "eager");
+    for (; w.rounds < rounds; ++w.rounds) {
+      run(c, 100);
+      w.open += !c.closes_gate("eager");
+    }
+    w.after = kind(c, "eager");
+    w.within = static_cast<double>(w.after.within_target - w.before.within_target) /
+               static_cast<double>(w.after.judged - w.before.judged);
+    return w;
+  }
 };
 
 TEST(LatencyController, LeavesTheGateOpenForTheKindsTheYieldDoesNotHelp) {
@@ -1037,21 +1056,13 @@ TEST(LatencyController, ClosesAKeptGateAgainWhenItLengthensItsKindsTail) {
   for (int i = 0; i < 100000 && !kept(); ++i) device.run(c, 1);
   ASSERT_TRUE(kept());
   device.eager_open_tail = 0.04;
-  const KindControl before = device.kind(c, "eager");
-  int open = 0, samples = 0;
-  for (; samples < 600; ++samples) {  // the next 60 s
-    device.run(c, 100);
-    open += !c.closes_gate("eager");
-  }
-  const KindControl after = device.kind(c, "eager");
-  ASSERT_TRUE(after.target_s);
-  EXPECT_GT(device.tail_latency, *after.target_s);
-  EXPECT_LT(device.tail_latency, options.severe_ratio * *after.target_s);
-  const double within = static_cast<double>(after.within_target - before.within_target) /
-                        static_cast<double>(after.judged - before.judged);
-  EXPECT_GE(within, 0.985) << "gate open " << open << " of " << samples;
-  EXPECT_LT(open, samples / 10);
-  EXPECT_GE(after.gate_failures, before.gate_failures + 1);
+  const GatedKinds::Watched w = device.watch_eager(c, 600);  // the next 60 s
+  ASSERT_TRUE(w.after.target_s);
+  EXPECT_GT(device.tail_latency, *w.after.target_s);
+  EXPECT_LT(device.tail_latency, options.severe_ratio * *w.after.target_s);
+  EXPECT_GE(w.within, 0.985) << "gate open " << w.open << " of " << w.rounds;
+  EXPECT_LT(w.open, w.rounds / 10);
+  EXPECT_GE(w.after.gate_failures, w.before.gate_failures + 1);
 }
 
 TEST(LatencyController, ClosesAGateThatCostsItsKindItsTarget) {
@@ -1068,19 +1079,11 @@ TEST(LatencyController, ClosesAGateThatCostsItsKindItsTarget) {
     device.tail_latency = 1.7e-3;  // over its target (1.5x an alone p99 of about 1.05 ms), under severe
     LatencyController c(options, default_ladder(132, {8, 16, 24, 32}));
     device.run(c, 20000);  // 20 s
-    const KindControl before = device.kind(c, "eager");
-    int open = 0, samples = 0;
-    for (; samples < 600; ++samples) {  // the next 60 s
-      device.run(c, 100);
-      open += !c.closes_gate("eager");
-    }
-    const KindControl after = device.kind(c, "eager");
-    const double within = static_cast<double>(after.within_target - before.within_target) /
-                          static_cast<double>(after.judged - before.judged);
-    EXPECT_GE(within, 0.99) << "seed " << seed << ", gate open " << open << " of " << samples;
-    EXPECT_LT(open, samples / 10) << "seed " << seed;
+    const GatedKinds::Watched w = device.watch_eager(c, 600);  // the next 60 s
+    EXPECT_GE(w.within, 0.99) << "seed " << seed << ", gate open " << w.open << " of " << w.rounds;
+    EXPECT_LT(w.open, w.rounds / 10) << "seed " << seed;
     // Its stats carry the tails the decision read: at the step it ended at, closed.
-    const StepLatency& at = after.steps[static_cast<std::size_t>(c.step())];
+    const StepLatency& at = w.after.steps[static_cast<std::size_t>(c.step())];
     EXPECT_GE(at.closed_tail_jobs, 400.0) << "seed " << seed;
     EXPECT_LE(at.closed_tail_jobs, 800.0) << "seed " << seed;
     EXPECT_LE(at.closed_tail_over, 0.01 * at.closed_tail_jobs) << "seed " << seed;
