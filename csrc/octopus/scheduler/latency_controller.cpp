@@ -151,38 +151,25 @@ std::optional<double> LatencyController::median_bound_s(const Kind& k) const {
   return options_.median_ratio * *k.alone_p50_s;
 }
 
-std::optional<LatencyController::Record> LatencyController::record_at(const Kind& k, int step, double target,
-                                                                     double now_s) const {
+std::optional<detail::SampleWindow::Excess> LatencyController::excess_at(const Kind& k, int step, double target,
+                                                                         double now_s) const {
   if (step < 0 || step >= static_cast<int>(ladder_.size())) return std::nullopt;
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
   if (!on_record(at, now_s)) return std::nullopt;
-  return record_of(at.recent, target);
+  return at.recent.excess(target);
 }
 
-LatencyController::Record LatencyController::record_of(const detail::SampleWindow& jobs, double target) {
-  return Record{jobs.excess(target), static_cast<double>(jobs.count_above(target)), static_cast<double>(jobs.size())};
-}
-
-bool LatencyController::lower(const Record& a, const Record& b) const {
-  const bool excess_lower = a.excess.mean < options_.record_margin * b.excess.mean &&
-                            b.excess.mean - a.excess.mean >
-                                options_.record_confidence * std::hypot(a.excess.error, b.excess.error);
-  if (excess_lower || a.jobs <= 0.0 || b.jobs <= 0.0) return excess_lower;
-  // The share over the target, by a two-proportion test: a mean excess does not tell many
-  // jobs just over the target (a median pushed up to it) from a few far over it (host
-  // bursts), where the share, which a p99 target is about, differs tenfold.
-  const double pa = a.over / a.jobs, pb = b.over / b.jobs;
-  const double pooled = (a.over + b.over) / (a.jobs + b.jobs);
-  const double error = std::sqrt(pooled * (1.0 - pooled) * (1.0 / a.jobs + 1.0 / b.jobs));
-  return pa < options_.record_margin * pb && pb - pa > options_.record_confidence * error;
+bool LatencyController::lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const {
+  return a.mean < options_.record_margin * b.mean &&
+         b.mean - a.mean > options_.record_confidence * std::hypot(a.error, b.error);
 }
 
 std::optional<int> LatencyController::step_that_may_help(const Kind& k, double target, double now_s) const {
   const int above = step_ + 1;
   if (above >= static_cast<int>(ladder_.size())) return std::nullopt;
-  const auto record_above = record_at(k, above, target, now_s);
+  const auto record_above = excess_at(k, above, target, now_s);
   if (!record_above) return above;  // no record: it may help
-  const auto here = record_at(k, step_, target, now_s);
+  const auto here = excess_at(k, step_, target, now_s);
   // Come down from a step over target to find out whether this one is as good: not before
   // its record says.
   if (!here) return trying_below_ ? std::nullopt : std::optional<int>(above);
@@ -197,7 +184,7 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   // 1.5% of jobs late at every step, climbing to such steps kept it higher up for longer).
   if (!plainly_misses(k, step_, target)) return std::nullopt;
   for (int s = above + 1; s < static_cast<int>(ladder_.size()); ++s) {
-    const auto record = record_at(k, s, target, now_s);
+    const auto record = excess_at(k, s, target, now_s);
     if (!record) return s;
     if (lower(*record, *here)) return std::nullopt;
   }
@@ -211,10 +198,10 @@ bool LatencyController::plainly_misses(const Kind& k, int step, double target) c
 }
 
 bool LatencyController::no_step_above_helps(const Kind& k, double target, double now_s) const {
-  const auto here = record_at(k, step_, target, now_s);
+  const auto here = excess_at(k, step_, target, now_s);
   if (!here || !plainly_misses(k, step_, target)) return false;
   for (int s = step_ + 1; s < static_cast<int>(ladder_.size()); ++s) {
-    const auto record = record_at(k, s, target, now_s);
+    const auto record = excess_at(k, s, target, now_s);
     if (!record || lower(*record, *here) || !plainly_misses(k, s, target)) return false;
   }
   return true;
@@ -227,8 +214,8 @@ bool LatencyController::below_no_worse(double now_s) const {
     if (now_s - k.last_s > options_.idle_s || k.recent.count() == 0) continue;  // not active
     const std::optional<double> target = target_s(k);
     if (!target) return false;
-    const auto here = record_at(k, step_, *target, now_s);
-    const auto below = record_at(k, step_ - 1, *target, now_s);
+    const auto here = excess_at(k, step_, *target, now_s);
+    const auto below = excess_at(k, step_ - 1, *target, now_s);
     if (!here || (below && lower(*here, *below))) return false;
     any = true;
   }
@@ -433,7 +420,7 @@ std::optional<bool> LatencyController::gate_worse(const Kind& k, double now_s) c
       now_s - at.open_last_s > options_.step_memory_s) {
     return std::nullopt;
   }
-  return lower(record_of(at.recent, *target), record_of(at.open, *target));
+  return lower(at.recent.excess(*target), at.open.excess(*target));
 }
 
 void LatencyController::maybe_open_gate(double now_s) {
@@ -465,7 +452,7 @@ void LatencyController::maybe_open_gate(double now_s) {
   for (const auto& [name, k] : kinds_) {
     const std::optional<double> target = target_s(k);
     if (k.gate_open || now_s - k.last_s > options_.idle_s || k.gate_next_try_s > now_s || !target ||
-        !record_at(k, step_, *target, now_s)) {
+        !excess_at(k, step_, *target, now_s)) {
       continue;
     }
     if (pick.empty() || k.gate_next_try_s < kinds_.at(pick).gate_next_try_s) pick = name;

@@ -161,13 +161,12 @@ struct ControllerOptions {
   // lifetime); and a step where some kind is over its target or short of budget steps down,
   // after loosen_samples and loosen_s (as a step down with slack, its waits doubling when
   // undone), where for every kind the step below is on record as no worse, or has no record
-  // (it is tried). A record has two measures: its jobs' mean excess over the target (mean of
-  // max(0, latency / target - 1): the share over it and how far), and their share over the
-  // target (a quarter of a kind's jobs just over it and 2% far over it have alike means; the
-  // target tells them apart). A step's record is lower than another's by either measure, only
-  // by record_margin and by more than record_confidence standard errors of the difference: a
-  // p99 target's record differs from step to step by a few late jobs, which a host's noise
-  // alone makes; steps not lower by more than that count as equal, and the lower one is kept.
+  // (it is tried). A record's measure is its jobs' mean excess over the target (mean of
+  // max(0, latency / target - 1): the share over it and how far). A step's record is lower
+  // than another's only by record_margin and by more than record_confidence standard errors
+  // of the difference: a p99 target's record differs from step to step by a few late jobs,
+  // which a host's noise alone makes; steps not lower by more than that count as equal, and
+  // the lower one is kept.
   std::size_t record_jobs = 64;
   double record_margin = 0.9;
   double record_confidence = 2.0;
@@ -387,19 +386,11 @@ class LatencyController {
   // Whether a step's record of a kind is recent (a job within step_memory_s) and rests on
   // record_jobs jobs: the records the controller compares steps by.
   bool on_record(const Kind::AtStep& at, double now_s) const;
-  // What a step's record says of a kind against a target: its jobs' mean excess over it (and
-  // the standard error of that mean), and how many of its jobs are over it.
-  struct Record {
-    detail::SampleWindow::Excess excess;
-    double over = 0.0, jobs = 0.0;
-  };
-  static Record record_of(const detail::SampleWindow& jobs, double target);
-  // The kind's record against `target` while the controller last held `step`, where that step
-  // has one (on_record; else none).
-  std::optional<Record> record_at(const Kind& k, int step, double target, double now_s) const;
-  // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence):
-  // by its mean excess, or by its share of jobs over the target.
-  bool lower(const Record& a, const Record& b) const;
+  // The kind's mean excess over `target` (and its standard error) while the controller last
+  // held `step`, where that step has a record of it (on_record; else none).
+  std::optional<detail::SampleWindow::Excess> excess_at(const Kind& k, int step, double target, double now_s) const;
+  // Whether record `a` is lower than record `b` by more than chance (record_margin, record_confidence).
+  bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
   // Where a spent budget climbs (at least; a severe job climbs two steps, an undone step down
   // one): the step above, unless it is on record as no better for the kind; then, where this
   // step's record plainly misses the target, the first step further up with no record. None:

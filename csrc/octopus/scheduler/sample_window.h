@@ -66,11 +66,6 @@ class SampleWindow {
     return e;
   }
 
-  // How many of the samples kept exceed `threshold`.
-  std::size_t count_above(double threshold) const {
-    return static_cast<std::size_t>(std::count_if(samples_.begin(), samples_.end(), [&](double s) { return s > threshold; }));
-  }
-
   std::size_t count() const { return count_; }  // every sample ever added
   std::size_t size() const { return samples_.size(); }  // the samples kept
 
