@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import octopus
-from octopus.bench.contention import report
+from octopus.bench.contention import report, runner
 from octopus.bench.contention.cli import main, run_workload
 from octopus.bench.contention.modes import SWEEP, modes
 from octopus.bench.contention.workloads import FAMILIES
@@ -150,6 +150,31 @@ def test_a_controller_row_says_where_the_controller_spent_the_run():
     assert report.format_table(rows).splitlines()[2].endswith("descents 1 (1 from steps over target)")
 
 
+def test_a_controller_row_says_what_its_moves_cost_in_the_measured_window():
+    step = lambda jobs, over: dict(jobs=jobs, over=over)  # noqa: E731
+    before = dict(enabled=True, seconds_at_steps=[2.0, 3.0, 0.0],
+                  kinds=dict(a=dict(steps=[step(100, 90), step(500, 5), step(0, 0)])))
+    after = dict(enabled=True, seconds_at_steps=[2.5, 9.0, 2.5],
+                 kinds=dict(a=dict(steps=[step(125, 100), step(1700, 11), step(500, 24)]),
+                            b=dict(steps=[step(40, 0), step(10, 1), step(0, 0)])))  # b first seen in the window
+    window = runner.control_in_window(before, after)
+    assert window == dict(seconds_at_steps=[0.5, 6.0, 2.5],
+                          kinds=dict(a=[step(25, 10), step(1200, 6), step(500, 24)],
+                                     b=[step(40, 0), step(10, 1), step(0, 0)]))
+    assert runner.control_in_window(None, after) is None  # no scheduler
+    assert runner.control_in_window(before, dict(after, enabled=False)) is None  # latency control off
+    rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+            row("ctl", "controller", {"a": [1.2] * 100}, {"x": 9.0})]
+    rows[2]["control_window"] = window
+    report.summarize(rows)
+    # The step held longest (s1, 6 of 9 s) against the others, each kind by the controller's count.
+    assert report.format_table(rows).splitlines()[-1] == (
+        "    in the window: % of time per step [6 67 28]; over target at s1 / at the other steps: "
+        "a 6 of 1200 (0.5%) / 34 of 525 (6.5%); b 1 of 10 (10.0%) / 0 of 40 (0.0%)")
+    rows[2]["control_window"] = dict(seconds_at_steps=[0.0, 0.0, 0.0], kinds={})
+    assert "in the window" not in report.format_table(rows)
+
+
 def test_a_lease_row_says_how_the_scheduler_measured_each_be_jobs_slices():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0, "y": 5.0}),
             row("sliced", "sweep", {"a": [1.2] * 100}, {"x": 9.0, "y": 5.0})]
@@ -215,6 +240,12 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
         assert "error" not in m, m.get("error")
     controller = result["modes"][-1]
     assert controller["control"]["enabled"] and set(controller["lc_ms"]) == {"mlp", "ragged"}
+    window = controller["control_window"]  # the controller over the measured window alone
+    assert 0 <= sum(window["seconds_at_steps"]) <= sum(controller["control"]["seconds_at_steps"]) + 1e-9
+    for name, steps in window["kinds"].items():
+        whole = controller["control"]["kinds"][name]["steps"]
+        assert all(0 <= s["over"] <= s["jobs"] <= w["jobs"] for s, w in zip(steps, whole))
+    assert "control_window" not in result["modes"][2]  # priority streams: no scheduler
     assert len(controller["lc_ms"]["ragged"]) >= 3  # (the CPU, two cores shared with the BE jobs, keeps up with few)
     for name, latencies in controller["lc_ms"].items():  # the host's part of each latency, and no more
         starts = controller["lc_start_ms"][name]

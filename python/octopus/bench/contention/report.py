@@ -86,6 +86,7 @@ def format_table(rows: List[Dict[str, Any]], oracle: Optional[str] = None) -> st
         lines.append(f"{r['name'] + mark:<58} LC p50/p99 over alone, within 1.5x: {lc or '-'} | BE {minimum} {be} | "
                      f"{clock} {meets}".rstrip() + stalls + _controller_path(r.get("control"))
                      + _controller_steps(r.get("control"))
+                     + _controller_window(r.get("control_window"))
                      + _controller_view(r.get("control"), r.get("lc_arrival", False))
                      + _be_slicing(r.get("be_slicing")))
     return "\n".join(lines)
@@ -157,6 +158,26 @@ def _controller_steps(control: Optional[Dict[str, Any]], min_jobs: int = 20) -> 
         if steps:
             parts.append(f"{name} " + ", ".join(steps))
     return "\n    by step, p50/p99 over alone (jobs): " + "; ".join(parts) if parts else ""
+
+
+def _controller_window(window: Optional[Dict[str, Any]]) -> str:
+    """A line: the measured window's share of time at each step, and per LC kind its jobs over
+    the target (the controller's count) at the step held longest and at the others: what the
+    controller's moves cost beside what its resting step does."""
+    if not window or not sum(window["seconds_at_steps"]):
+        return ""
+    seconds = window["seconds_at_steps"]
+    rest = max(range(len(seconds)), key=lambda i: seconds[i])
+    shares = " ".join(f"{100 * t / sum(seconds):.0f}" for t in seconds)
+
+    def over(steps: List[Dict[str, int]]) -> str:
+        jobs, late = sum(s["jobs"] for s in steps), sum(s["over"] for s in steps)
+        return f"{late} of {jobs}" + (f" ({100 * late / jobs:.1f}%)" if jobs else "")
+
+    kinds = "; ".join(f"{name} {over(steps[rest:rest + 1])} / {over(steps[:rest] + steps[rest + 1:])}"
+                      for name, steps in window["kinds"].items())
+    return (f"\n    in the window: % of time per step [{shares}]; over target at s{rest} / at the other steps: "
+            + kinds)
 
 
 def _controller_view(control: Optional[Dict[str, Any]], lc_arrival: bool = False) -> str:

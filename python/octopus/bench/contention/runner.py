@@ -248,6 +248,7 @@ class Runner:
             for t in threads:
                 t.start()
             time.sleep(max(0.0, start + warmup - time.perf_counter()))
+            control_before = sched.stats()["devices"][0]["control"] if sched is not None else None
             t0 = time.perf_counter()
             with GpuSampler(self.device) as gpu:
                 time.sleep(self.measure_s)
@@ -294,11 +295,30 @@ class Runner:
         if control is not None:
             row["control"] = control
             row["lc_arrival"] = self.lc_arrival  # what the controller timed its LC jobs from
+            window = control_in_window(control_before, control)
+            if window is not None:
+                row["control_window"] = window
         if slicing is not None:
             row["be_slicing"] = slicing
         if trace_error is not None:
             row["trace_error"] = trace_error
         return row
+
+
+def control_in_window(before: Optional[Dict[str, Any]], after: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The controller's stats over the measured window alone (``after`` less ``before``, taken
+    at its start): seconds at each step, and per LC kind its jobs at each step and of them
+    those over the target then (the warm-up's are left out: its first steps, before targets
+    are known, are no part of what the window measured). None where latency control is off."""
+    if not before or not after.get("enabled") or "seconds_at_steps" not in after:
+        return None
+    seconds = [a - b for a, b in zip(after["seconds_at_steps"], before["seconds_at_steps"])]
+    kinds = {}
+    for name, kind in after.get("kinds", {}).items():
+        earlier = before.get("kinds", {}).get(name, {}).get("steps") or [dict(jobs=0, over=0)] * len(kind["steps"])
+        kinds[name] = [dict(jobs=a["jobs"] - b["jobs"], over=a["over"] - b["over"])
+                       for a, b in zip(kind["steps"], earlier)]
+    return dict(seconds_at_steps=seconds, kinds=kinds)
 
 
 def write_trace(sched: octopus.StreamScheduler, path: str) -> None:
