@@ -82,6 +82,21 @@ def test_verdicts_ratios_and_the_oracle():
     assert "host" not in table  # no row has its jobs' start times
 
 
+def test_the_alone_latency_pools_every_lc_alone_window():
+    # A window with a burst (2 of 100 jobs at 4 ms: its p99, the 99th smallest, is 4.0) and one
+    # without: pooled, 2 of 200 jobs, the p99 (the 198th smallest) is 1.0 ms.
+    rows = [row("LC alone", "alone", {"a": [1.0] * 98 + [4.0] * 2}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+            row("ctl", "controller", {"a": [1.0] * 97 + [2.0] * 3}, {"x": 9.0}),
+            dict(row("LC alone", "alone", {"a": [1.0] * 100}, {}), repeat=1)]
+    summary = report.summarize(rows)
+    assert summary["lc_alone"]["a"] == dict(p50_ms=1.0, p99_ms=1.0)
+    assert rows[2]["lc"]["a"]["within_1.5x"] == 0.97 and not rows[2]["meets"]["1.5x"]
+    assert rows[0]["lc"]["a"]["p99_over_alone_p99"] == 4.0  # each window against the pooled figures
+    # The first window alone: its burst sets a 6 ms target, which the controller's row meets.
+    assert report.summarize(rows[:3])["lc_alone"]["a"] == dict(p50_ms=1.0, p99_ms=4.0)
+    assert rows[2]["meets"]["1.5x"]
+
+
 def test_the_jobs_over_a_target_are_told_apart_by_where_their_time_went():
     rows = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
             # 4 of 100 over 1.5 ms: three began 1.5 ms late (the host's), one ran 3 ms on the device
@@ -235,10 +250,11 @@ def test_the_runner_runs_every_kind_of_mode_on_the_cpu():
     result = run_workload("mlp", torch.device("cpu"), args)
     names = [(m["name"], m["repeat"]) for m in result["modes"]]
     assert names == [("LC alone", 0), ("BE alone", 0), ("priority streams", 0), ("priority streams", 1),
-                     ("octopus latency control, target 1.5x", 0), ("octopus latency control, target 1.5x", 1)]
+                     ("octopus latency control, target 1.5x", 0), ("octopus latency control, target 1.5x", 1),
+                     ("LC alone", 1)]  # the LC jobs alone again after the other modes
     for m in result["modes"]:
         assert "error" not in m, m.get("error")
-    controller = result["modes"][-1]
+    controller = result["modes"][-2]
     assert controller["control"]["enabled"] and set(controller["lc_ms"]) == {"mlp", "ragged"}
     window = controller["control_window"]  # the controller over the measured window alone
     assert 0 <= sum(window["seconds_at_steps"]) <= sum(controller["control"]["seconds_at_steps"]) + 1e-9
