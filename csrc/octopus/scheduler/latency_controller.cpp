@@ -103,11 +103,7 @@ std::vector<ControlStep> default_ladder(int multiprocessors, const std::vector<i
 }
 
 LatencyController::LatencyController(ControllerOptions options, std::vector<ControlStep> ladder)
-    : options_(options),
-      ladder_(std::move(ladder)),
-      backoff_(ladder_.size(), 0),
-      retry_after_jobs_(ladder_.size(), 0),
-      step_seconds_(ladder_.size(), 0.0) {
+    : options_(options), ladder_(std::move(ladder)), backoff_(ladder_.size(), 0), step_seconds_(ladder_.size(), 0.0) {
   if (ladder_.empty()) throw std::invalid_argument("octopus latency controller: the ladder has no step");
   for (std::size_t i = 0; i < ladder_.size(); ++i) {
     if (ladder_[i].throttle != ThrottleMode::Off || ladder_[i].slice_budget_s < kWholeSliceS) break;
@@ -272,10 +268,6 @@ void LatencyController::observe(const std::string& name, double latency_s, bool 
   if (target) {
     const bool over = latency_s > *target;
     k.judged += 1;
-    judged_jobs_ += 1;
-    judged_at_step_ += 1;
-    late_at_step_ += over ? 1 : 0;
-    charge_try(over, settled);
     if (!over) k.within += 1;
     const bool severe = over && latency_s > options_.severe_ratio * *target;
     k.budget = std::min(options_.budget_cap, k.budget + (over ? -(severe ? options_.severe_cost : 1.0)
@@ -325,7 +317,7 @@ void LatencyController::tick(double now_s) {
   if (started_ && step_ > 0 && now_s - last_sample_s_ > options_.idle_s) {
     move_to(0, now_s);
     step_since_s_ = now_s;
-    samples_at_step_ = judged_at_step_ = late_at_step_ = 0;
+    samples_at_step_ = 0;
     settle_left_ = 0;
     for (auto& [name, k] : kinds_) k.recent.clear();
   }
@@ -346,35 +338,15 @@ bool LatencyController::climb(int steps, double now_s) {
   if (undo) {
     backoff_[static_cast<std::size_t>(from)] = std::min(backoff_[static_cast<std::size_t>(from)] + 1,
                                                         static_cast<int>(std::log2(options_.max_backoff)));
-    charged_step_ = from;
-    charged_since_ = judged_jobs_;
-    price_retry();
     last_descent_to_ = -1;
   }
   refill(now_s);
   return true;
 }
 
-void LatencyController::charge_try(bool over, bool settled) {
-  const bool under_way = last_descent_to_ >= 0;
-  if (!under_way && charged_step_ < 0) return;
-  if (!under_way && settled) {
-    charged_step_ = -1;  // the undone try's BE work has drained
-    return;
-  }
-  try_cost_ += (over ? 1.0 : 0.0) - try_background_;
-  if (!under_way) price_retry();
-}
-
-void LatencyController::price_retry() {
-  const double allowed = options_.explore_budget_share * (1.0 - options_.attainment);
-  retry_after_jobs_[static_cast<std::size_t>(charged_step_)] =
-      charged_since_ + static_cast<std::size_t>(std::ceil(std::max(0.0, try_cost_) / allowed));
-}
-
 void LatencyController::refill(double now_s) {
   step_since_s_ = now_s;
-  samples_at_step_ = judged_at_step_ = late_at_step_ = 0;
+  samples_at_step_ = 0;
   settle_left_ = options_.settle_samples;
   for (auto& [name, k] : kinds_) {
     k.budget = options_.budget_cap;
@@ -669,13 +641,10 @@ void LatencyController::maybe_descend(double now_s) {
   }
   const int doubling = 1 << backoff_[static_cast<std::size_t>(step_ - 1)];
   const double dwell_s = now_s - step_since_s_;
-  // Whether the step below's last try has been paid for (explore_budget_share): else only a
-  // step down with slack may go there.
-  const bool paid = judged_jobs_ >= retry_after_jobs_[static_cast<std::size_t>(step_ - 1)];
   const bool may_loosen = samples_at_step_ >= options_.loosen_samples * static_cast<std::size_t>(doubling) &&
                           dwell_s >= options_.loosen_s * doubling;
   const bool may_explore = samples_at_step_ >= options_.explore_samples * static_cast<std::size_t>(doubling) &&
-                           dwell_s >= options_.explore_s * doubling && paid;
+                           dwell_s >= options_.explore_s * doubling;
   if (!may_loosen && !may_explore) return;
   // Every active kind must be within its target and median bound, with slack to loosen, or
   // without it (a step higher up may protect it no better than this one) to explore; or, to
@@ -697,10 +666,8 @@ void LatencyController::maybe_descend(double now_s) {
     if (!within) break;
     any = true;
   }
-  if (!within && !(may_loosen && paid && below_no_worse(now_s))) return;
+  if (!within && !(may_loosen && below_no_worse(now_s))) return;
   if (within && !any) return;
-  // Late jobs as common as at this step are not the try's doing.
-  try_background_ = judged_at_step_ > 0 ? static_cast<double>(late_at_step_) / static_cast<double>(judged_at_step_) : 0.0;
   move_to(step_ - 1, now_s);
   descents_ += 1;
   if (!within) {  // judged by its record, not by a budget the step above spent
@@ -710,10 +677,8 @@ void LatencyController::maybe_descend(double now_s) {
   }
   last_descent_to_ = step_;
   last_descent_s_ = now_s;
-  charged_step_ = -1;
-  try_cost_ = 0.0;
   step_since_s_ = now_s;
-  samples_at_step_ = judged_at_step_ = late_at_step_ = 0;
+  samples_at_step_ = 0;
   for (auto& [name, k] : kinds_) k.recent.clear();
 }
 

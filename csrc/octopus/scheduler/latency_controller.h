@@ -8,8 +8,7 @@
 // waiting). The controller climbs when an LC kind has spent its error budget (a p99 target
 // allows 1% of its jobs over it) and steps down when it has slack, or, less often, to explore
 // whether a lower step is enough; a step down that had to be undone is retried only after a
-// wait that doubles each time (so it settles instead of oscillating) and, without slack, only
-// once the late jobs the try cost are paid for (explore_budget_share). Targets are absolute, or a
+// wait that doubles each time (so it settles instead of oscillating). Targets are absolute, or a
 // ratio of the kind's own p99 measured while no BE work ran on the device (its "alone"
 // latency). Until a kind has enough alone samples the controller asks for a probe (BE
 // paused and drained for a short window, at most one per probe_interval_s), then for
@@ -191,14 +190,6 @@ struct ControllerOptions {
   // A step down undone within undo_s doubles that step's waits, up to max_backoff times.
   double undo_s = 2.0;
   int max_backoff = 64;
-  // Tries of lower steps without slack (explore_samples, above) may spend this share of the
-  // late jobs the targets allow (1 - attainment of all judged jobs): a step down undone after L
-  // late jobs (those of the try, and the unsettled ones after it, its BE work draining) is
-  // explored again only after L / (explore_budget_share x (1 - attainment)) more judged jobs,
-  // however short its doubled wait. A try costs what was already on its way when it went wrong
-  // (on an H200, 23-33 late jobs of a conv net within 0.27 s, where 1% of a 25-s run is 62: a
-  // try every few seconds spent the run's budget). A step down with slack is not held to it.
-  double explore_budget_share = 0.25;
   // Probing: at most one probe window of probe_window_s per probe_interval_s.
   double probe_window_s = 0.25;
   double probe_interval_s = 2.0;
@@ -505,21 +496,6 @@ class LatencyController {
   std::vector<int> backoff_;       // per step: how many times the wait to descend to it is doubled
   int last_descent_to_ = -1;       // the step last descended to, and when
   double last_descent_s_ = -1e300;
-  // What tries of lower steps cost (ControllerOptions::explore_budget_share): judged jobs of
-  // every kind so far, and at the current step and of them late; a try's late jobs beyond the
-  // share late at the step it came from (its cost), from the step down until the first
-  // settled job after its undo (an undone try's late jobs go on arriving while its BE work
-  // drains); the step whose try is charged (-1: none) and when it was undone; per step, the
-  // judged jobs before it may be tried again.
-  std::size_t judged_jobs_ = 0, judged_at_step_ = 0, late_at_step_ = 0;
-  double try_background_ = 0.0, try_cost_ = 0.0;
-  int charged_step_ = -1;
-  std::size_t charged_since_ = 0;
-  std::vector<std::size_t> retry_after_jobs_;
-  // Adds a judged job to the try's cost; once its undo's BE work has drained, stops charging.
-  void charge_try(bool over, bool settled);
-  // Sets when the charged step may be explored again, from its try's cost so far.
-  void price_retry();
   double last_sample_s_ = -1e300;
   bool probing_ = false;
   double probe_started_s_ = -1e300;
