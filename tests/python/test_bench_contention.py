@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import octopus
-from octopus.bench.contention import report, runner
+from octopus.bench.contention import pooled, report, runner
 from octopus.bench.contention.cli import main, run_workload
 from octopus.bench.contention.modes import SWEEP, modes
 from octopus.bench.contention.workloads import FAMILIES
@@ -219,6 +219,64 @@ def test_without_a_fixed_configuration_that_meets_the_target_the_oracle_is_the_c
             row("fixed: p", "sweep", {"a": [1.0] * 90 + [9.0] * 10}, {"x": 1.0}),
             row("fixed: q", "sweep", {"a": [1.0] * 95 + [9.0] * 5}, {"x": 0.5})]
     assert report.summarize(rows)["oracle"] == "fixed: q"
+
+
+def _result(path, family, alone_ms, be_alone, runs):
+    """A raw result of one call, as --json writes it: an LC-alone and a BE-alone row of
+    ``family`` and the controller runs ``runs`` (lc_ms, be_per_s, window seconds per step)."""
+    modes = [row("LC alone", "alone", {"a": alone_ms}, {}), row("BE alone", "alone", {}, {"x": be_alone})]
+    for lc_ms, be_per_s, seconds in runs:
+        modes.append(dict(row("ctl", "controller", {"a": lc_ms}, {"x": be_per_s}),
+                          control_window=dict(seconds_at_steps=seconds, kinds={})))
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt") as f:
+        json.dump(dict(workloads=[dict(workload=family, modes=modes)]), f)
+    return str(path)
+
+
+def test_judge_holds_runs_of_several_calls_to_the_median_of_their_alone_rows(tmp_path):
+    # Three calls' alone p99s 1.0, 2.0 and 1.5 ms (median 1.5: a 2.25 ms target), BE alone 10,
+    # 12 and 11 per second (median 11). A run 99% within 2.25 ms with BE at 9/11 meets the
+    # target against the pooled figures, where its own call's (1.0 ms, 10/s) says it misses.
+    within = [2.0] * 99 + [3.0]
+    files = [_result(tmp_path / "ab_A1.json", "f", [1.0] * 100, 10.0, [(within, 9.0, [1.0, 3.0, 0.0])]),
+             _result(tmp_path / "ab_A2.json.gz", "f", [2.0] * 100, 12.0, [([2.5] * 100, 9.0, [0.0, 1.0, 3.0])]),
+             _result(tmp_path / "ab_B1.json", "f", [1.5] * 100, 11.0, [(within, 8.0, [0.0, 0.0, 4.0])])]
+    judged = pooled.judge(files)
+    base, be_base = judged["reference"]["f"]
+    assert (base["a"]["p50_ms"], base["a"]["p99_ms"], base["a"]["rows"]) == (1.5, 1.5, 3) and be_base == {"x": 11.0}
+    first, second, third = (run["row"] for run in judged["runs"])
+    assert first["lc"]["a"]["within_1.5x"] == 0.99 and first["meets"]["1.5x"]
+    assert not second["meets"]["1.5x"]  # 2.5 ms, over 2.25
+    assert third["be_share_min"] == 8.0 / 11.0 and not third["meets"]["1.5x"]  # BE under 80%
+    own = [row("LC alone", "alone", {"a": [1.0] * 100}, {}), row("BE alone", "alone", {}, {"x": 10.0}),
+           row("ctl", "controller", {"a": within}, {"x": 9.0})]
+    report.summarize(own)
+    assert not own[2]["meets"]["1.5x"]  # its own call's alone row alone
+    assert [run["group"] for run in judged["runs"]] == ["ab_A", "ab_A", "ab_B"]
+    lines = pooled.format_judgement(judged).splitlines()
+    assert lines[0].startswith("f reference, the median of the alone rows: a p50 1.500 / p99 1.500 ms (3 rows, "
+                               "p99 1.000-2.000)")
+    assert lines[1].endswith("1.5x:yes 3x:yes | window: s1 75%, top 0%")
+    assert lines[-2:] == [
+        "ab_A f, ctl: met 1.5x in 1 of 2, 3x in 2 of 2; BE min 82-82%; over half the window at the top step in 1 of 2",
+        "ab_B f, ctl: met 1.5x in 0 of 1, 3x in 0 of 1; BE min 73-73%; over half the window at the top step in 1 of 1"]
+
+
+def test_judge_groups_files_by_name_less_a_trailing_number():
+    assert pooled.group_of("/x/ab_mlp_A1.json.gz") == "ab_mlp_A"
+    assert pooled.group_of("ab_mlp_A12.json") == "ab_mlp_A"
+    assert pooled.group_of("run.json") == "run" and pooled.group_of("7.json") == "7"
+
+
+def test_judge_names_a_file_it_cannot_use(tmp_path, capsys):
+    text = tmp_path / "notes.json"
+    text.write_text("[1, 2]")
+    for path, says in ((str(tmp_path / "missing.json"), "cannot be read"), (str(text), "no 'workloads' list")):
+        with pytest.raises(SystemExit):
+            main(["--judge", path])
+        err = capsys.readouterr().err
+        assert f"--judge: {path}" in err and says in err
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

@@ -1,5 +1,5 @@
 """``octopus-bench contention``: latency-critical (LC) jobs sharing one GPU with best-effort
-(BE) work, every way of running them side by side, on workloads of two families unlike each
+(BE) work, every way of running them side by side, on workloads of three families unlike each
 other (``workloads.py``): several LC jobs, each arriving on a fixed open-loop schedule and
 timed from its scheduled arrival to its completion (a backlog counts), beside several BE
 jobs looping in threads of their own.
@@ -14,7 +14,8 @@ throughput and their minimum, the SM clock and power, and whether the target hol
 least 99% of every LC job's jobs within it, its p50 within 2x its alone p50, every BE job at
 80% of its alone throughput or more. Also the cost of acquire + release and of a checkpoint
 from Python, and the Batcher's per request. Without a GPU only those costs are measured, on
-the simulated backend.
+the simulated backend. ``--judge FILE ...`` runs nothing and judges the runs of earlier raw
+results against one reference per family, the median of all their alone rows (``pooled.py``).
 """
 
 from .cli import main

@@ -17,7 +17,7 @@ import octopus
 
 from ..costs import batcher_overhead, checkpoint_cost, gil_wakeup, lease_overhead
 from ..report import environment
-from . import report
+from . import pooled, report
 from .modes import TARGET_RATIOS, Mode, interference_modes, modes
 from .runner import Runner
 from .workloads import FAMILIES, BEJob, LCJob
@@ -63,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
                         "included, to DIR as gzipped Chrome-trace JSON (a diagnostic: recording adds to every "
                         "acquire and release)")
     p.add_argument("--json", default=None, help="write the raw measurements here")
+    p.add_argument("--judge", nargs="+", default=None, metavar="FILE",
+                   help="run nothing: judge the runs of these raw results (--json files, gzipped or not) against "
+                        "the median of all their alone rows per workload family, grouped by file name less a "
+                        "trailing number (an A/B across calls: pooled.py)")
     return p
 
 
@@ -145,6 +149,12 @@ def run_interference(workload: str, lc_jobs: List[LCJob], job: BEJob, lc_alone: 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
+    if args.judge:
+        try:
+            print(pooled.format_judgement(pooled.judge(args.judge)))
+        except ValueError as error:
+            parser().error(f"--judge: {error}")
+        return 0
     if args.warmup < 0 or args.measure <= 0 or args.scale <= 0 or args.controller_warmup < 0 or args.repeats < 1:
         parser().error("--warmup, --controller-warmup must be non-negative, --measure and --scale positive, "
                        "--repeats at least 1")

@@ -6,7 +6,7 @@ closest."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..._timing import percentile
 
@@ -17,11 +17,15 @@ BE_SHARE = 0.80
 ATTAINMENT = 0.99
 
 
-def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> Dict[str, Any]:
-    """Adds ratios and verdicts to every row (from the "LC alone" and "BE alone" rows among
-    them) and returns the workload's summary: the alone figures and the oracle row's name.
-    Each LC job's alone p50 and p99 are of the jobs of every "LC alone" row, pooled (the
-    command measures one before the other modes and one after them)."""
+# What every ratio is taken against: each LC job's alone p50 and p99 (ms), each BE job's alone
+# throughput (units per second).
+Reference = Tuple[Dict[str, Dict[str, float]], Dict[str, float]]
+
+
+def alone_reference(rows: List[Dict[str, Any]]) -> Reference:
+    """Each LC job's alone p50 and p99, of the jobs of every "LC alone" row pooled (the
+    command measures one before the other modes and one after them), and each BE job's
+    throughput in the "BE alone" row."""
     alone_lc: Dict[str, List[float]] = {}
     for r in rows:
         if r["name"] == "LC alone" and "lc_ms" in r:
@@ -29,7 +33,16 @@ def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0)) -> 
                 alone_lc.setdefault(name, []).extend(ms)
     alone_be = next((r for r in rows if r["name"] == "BE alone" and "be_per_s" in r), None)
     base = {name: dict(p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99)) for name, ms in alone_lc.items() if ms}
-    be_base = dict((alone_be or {}).get("be_per_s", {}))
+    return base, dict((alone_be or {}).get("be_per_s", {}))
+
+
+def summarize(rows: List[Dict[str, Any]], target_ratios: tuple = (1.5, 3.0),
+              reference: Optional[Reference] = None) -> Dict[str, Any]:
+    """Adds ratios and verdicts to every row and returns the workload's summary: the alone
+    figures and the oracle row's name. The ratios are against ``reference`` where given (runs
+    of several calls judged alike: ``pooled.py``), else against the alone rows among ``rows``
+    (``alone_reference``)."""
+    base, be_base = reference if reference is not None else alone_reference(rows)
     for r in rows:
         if "error" in r:
             continue
