@@ -186,9 +186,44 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   for (int s = above + 1; s < static_cast<int>(ladder_.size()); ++s) {
     const auto record = excess_at(k, s, target, now_s);
     if (!record) return s;
-    if (lower(*record, *here)) return std::nullopt;
+    if (lower(*record, *here)) break;
   }
+  // Where no step meets the target, the steps' records of a few late jobs each look alike and
+  // the controller would rest wherever it came to; the tails of hundreds of jobs tell them
+  // apart: climb to the step with the lowest tail where this step's is over it by more than
+  // chance (on a scripted device with 6, 4, 2 and 3% of jobs over the target at steps 1-4 it
+  // rested at step 1 before).
+  const std::optional<int> best = best_tail_step(k, now_s);
+  if (best && *best > step_ && tail_worse(k, step_, *best, now_s)) return best;
   return std::nullopt;
+}
+
+std::optional<std::pair<double, double>> LatencyController::tail_at(const Kind& k, int step, double now_s) const {
+  const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
+  if (at.closed_tail.jobs < kTailJobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
+  return std::make_pair(at.closed_tail.over / at.closed_tail.jobs, at.closed_tail.jobs);
+}
+
+bool LatencyController::tail_worse(const Kind& k, int a, int b, double now_s) const {
+  const auto ta = tail_at(k, a, now_s), tb = tail_at(k, b, now_s);
+  if (!ta || !tb) return false;
+  const auto [pa, na] = *ta;
+  const auto [pb, nb] = *tb;
+  const double error = std::sqrt(pa * (1.0 - pa) / na + pb * (1.0 - pb) / nb);
+  return pb < options_.record_margin * pa && pa - pb > options_.record_confidence * error;
+}
+
+std::optional<int> LatencyController::best_tail_step(const Kind& k, double now_s) const {
+  std::optional<int> best;
+  double lowest = 2.0;
+  for (int s = 0; s < static_cast<int>(ladder_.size()); ++s) {
+    const auto tail = tail_at(k, s, now_s);
+    if (tail && tail->first < lowest) {
+      lowest = tail->first;
+      best = s;
+    }
+  }
+  return best;
 }
 
 bool LatencyController::plainly_misses(const Kind& k, int step, double target) const {
@@ -217,6 +252,10 @@ bool LatencyController::below_no_worse(double now_s) const {
     const auto here = excess_at(k, step_, *target, now_s);
     const auto below = excess_at(k, step_ - 1, *target, now_s);
     if (!here || (below && lower(*here, *below))) return false;
+    // Nor to a step whose tail is over the kind's lowest by more than chance: steps each alike
+    // their neighbour by their records led it down a slope of them (step_that_may_help).
+    const std::optional<int> best = best_tail_step(k, now_s);
+    if (best && tail_worse(k, step_ - 1, *best, now_s)) return false;
     any = true;
   }
   return any;
@@ -607,6 +646,9 @@ void LatencyController::withdraw_stale_report(Kind& k, double target) {
   const bool stale = rose || now_above_alone;
   if (!stale && !fell) return;
   k.judged_target_s = target;
+  if (rose || fell) {  // tails judged against a target this far off say little of this one
+    for (Kind::AtStep& at : k.at_steps) at.closed_tail = at.open_tail = Kind::TailCount{};
+  }
   // A target missed while it was looser is missed still: a fall keeps a report, and restarts
   // only a count toward one (its jobs were judged against the looser target).
   if (!stale && k.infeasible) return;

@@ -51,7 +51,11 @@
 // budget from climbing where the step above did no better (or, where the step's own record
 // plainly misses the target, makes it climb to the first step further up with no record), and
 // takes the controller down from a step over target where the step below did no worse
-// (ControllerOptions::record_jobs).
+// (ControllerOptions::record_jobs). Where no step meets a target (the common case by the
+// controller's own count on an H200), those records, a few late jobs each, tell neighbouring
+// steps apart only by chance; each kind's tail at each step (its share of hundreds of jobs
+// over the target) then takes it up to the step with the lowest tail where the step it is at
+// is over that by more than chance, and keeps it from stepping down to a step so over it.
 //
 // Pure logic: plain values in, plain values out; no threads, clocks or devices (times are
 // passed in). The scheduler's control loop (control_loop.h) feeds it and carries out what it
@@ -63,6 +67,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "octopus/scheduler/config.h"
@@ -393,11 +398,24 @@ class LatencyController {
   bool lower(const detail::SampleWindow::Excess& a, const detail::SampleWindow::Excess& b) const;
   // Where a spent budget climbs (at least; a severe job climbs two steps, an undone step down
   // one): the step above, unless it is on record as no better for the kind; then, where this
-  // step's record plainly misses the target, the first step further up with no record. None:
-  // at the top; where this step's record does not plainly miss; where a step further up is on
+  // step's record plainly misses the target, the first step further up with no record, or
+  // else the step with the kind's lowest tail if above and this step's tail is over it by more
+  // than chance (tail_worse). Otherwise none: at the top; where this step's record does not
+  // plainly miss; where a step further up is on
   // record as lower before one with no record is found (of several records compared, one is
   // lower by chance); where this step's record is not in yet after a step down.
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
+  // A step's tail of the kind: the share of its settled jobs with the gate closed over the
+  // target, and how many jobs that share weighs, where it weighs kTailJobs or more and the
+  // step held the kind within step_memory_s (else none). Records of kStepWindow jobs cannot
+  // tell 2% of jobs over a p99 target from 6%; tails of kTailJobs can.
+  std::optional<std::pair<double, double>> tail_at(const Kind& k, int step, double now_s) const;
+  // Whether step a's tail of the kind is over step b's by more than chance (record_margin,
+  // record_confidence, as `lower`: a two-proportion test).
+  bool tail_worse(const Kind& k, int a, int b, double now_s) const;
+  // The step whose tail of the kind is lowest (the lowest such step where several tie; none
+  // where no step has a tail on record).
+  std::optional<int> best_tail_step(const Kind& k, double now_s) const;
   // Whether the kind's record at `step` plainly misses `target`: twice the share over it that
   // the target allows (a record of 128 jobs at a p99 target's edge has one or two over it by
   // chance).
@@ -423,7 +441,8 @@ class LatencyController {
   // target that has since risen by over kReportTargetMove (its alone p99 measured again as
   // probes add samples), or an absolute target below an alone p99 that has since fallen that
   // far under it, drops both (a report not yet taken too), and the kind is judged afresh. A
-  // target that fell as far restarts only the count (what was missed is missed still).
+  // target that fell as far restarts only the count (what was missed is missed still). A
+  // target that rose or fell as far also drops the kind's tails at every step (tail_at).
   void withdraw_stale_report(Kind& k, double target);
   // Counts a judged median that is over its bound with no step to lower it; reports it once
   // it has stayed so for infeasible_samples samples.
