@@ -1196,7 +1196,7 @@ TEST(LatencyController, WhereNoStepMeetsTheTargetRestsAtTheStepWithTheFewestLate
   // At every step some jobs are over the target (1.5 x ~1.05 ms): 20, 6, 4, 2, 3, 5, 8 and 8%
   // of them (3 ms; the others 1.2 ms). Records of 128 jobs hold a few late jobs each and tell
   // neighbouring steps apart by chance only: the controller used to rest at step 1, 6% of its
-  // jobs late, three times step 3's share (5.7-6.2% over these seeds). A step's first 15 jobs
+  // jobs late, three times step 3's share (5.5-6.2% over these seeds). A step's first 15 jobs
   // after a change, while the old step's work drains, are late half the time and unsettled, as
   // the scheduler says.
   const std::vector<double> late = {0.20, 0.06, 0.04, 0.02, 0.03, 0.05, 0.08, 0.08};

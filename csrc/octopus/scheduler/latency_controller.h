@@ -401,9 +401,9 @@ class LatencyController {
   // step's record plainly misses the target, the first step further up with no record, or
   // else the step with the kind's lowest tail if above and this step's tail is over it by more
   // than chance (tail_worse). Otherwise none: at the top; where this step's record does not
-  // plainly miss; where a step further up is on
-  // record as lower before one with no record is found (of several records compared, one is
-  // lower by chance); where this step's record is not in yet after a step down.
+  // plainly miss; where a step further up is on record as lower before one with no record is
+  // found (of several records compared, one is lower by chance); where this step's record is
+  // not in yet after a step down.
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
   // A step's tail of the kind: the share of its settled jobs with the gate closed over the
   // target, and how many jobs that share weighs, where it weighs kTailJobs or more and the
