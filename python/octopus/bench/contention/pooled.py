@@ -123,7 +123,7 @@ def format_judgement(judged: Dict[str, Any]) -> str:
         lines.append(f"{run['file']:<32} {run['workload']:<12} {row['name']:<36} {lc} | {be} | {meets}{window}")
         groups.setdefault((run["group"], run["workload"], row["name"]), []).append((row, top))
     for (group, family, mode), runs in groups.items():
-        met = ", ".join(f"{t} in {sum(r['meets'][t] for r, _ in runs)} of {len(runs)}" for t in runs[0][0]["meets"])
+        met = report.met_counts([r for r, _ in runs])
         shares = [r["be_share_min"] for r, _ in runs if r.get("be_share_min") is not None]
         spread = f"; BE min {100 * min(shares):.0f}-{100 * max(shares):.0f}%" if shares else ""
         stuck = sum(top > TOP_STEP_SHARE for _, top in runs)

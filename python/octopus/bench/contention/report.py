@@ -230,6 +230,11 @@ def _be_slicing(slicing: Optional[Dict[str, Any]]) -> str:
     return "\n    BE slices, by the scheduler's measure: " + "; ".join(parts) if parts else ""
 
 
+def met_counts(runs: List[Dict[str, Any]]) -> str:
+    """In how many of ``runs`` (rows of one mode, with verdicts) each target was met."""
+    return ", ".join(f"{t} in {sum(r['meets'][t] for r in runs)} of {len(runs)}" for t in runs[0]["meets"])
+
+
 def format_repeats(rows: List[Dict[str, Any]]) -> str:
     """Per mode run more than once: in how many of its runs it met each target, and the range
     of its minimum BE share."""
@@ -241,7 +246,6 @@ def format_repeats(rows: List[Dict[str, Any]]) -> str:
     for name, runs in by_mode.items():
         if len(runs) < 2:
             continue
-        met = ", ".join(f"{t} in {sum(r['meets'][t] for r in runs)} of {len(runs)}" for t in runs[0]["meets"])
         shares = [r["be_share_min"] for r in runs]
-        lines.append(f"{name:<58} met {met} runs | BE min {100 * min(shares):.0f}-{100 * max(shares):.0f}%")
+        lines.append(f"{name:<58} met {met_counts(runs)} runs | BE min {100 * min(shares):.0f}-{100 * max(shares):.0f}%")
     return "\n".join(lines)
