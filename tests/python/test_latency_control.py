@@ -140,10 +140,15 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
             break
         time.sleep(0.01)
     assert kind["samples"] == 100
-    # (The job holds its lease 0.3 ms; the host's noise on a loaded machine only adds.)
-    assert kind["alone_samples"] >= 32 and 3e-4 <= kind["alone_p99_s"] < 5e-3
+    # (The job holds its lease 0.3 ms; the host's noise only adds: over 5 ms with two cores busy
+    # three times over.)
+    assert kind["alone_samples"] >= 32 and 3e-4 <= kind["alone_p99_s"] < 0.02
     assert kind["target_s"] == pytest.approx(1.5 * kind["alone_p99_s"])
-    assert 3e-4 <= kind["alone_p50_s"] <= kind["alone_p99_s"] and kind["recent_p50_s"] >= 3e-4
+    assert 3e-4 <= kind["alone_p50_s"] <= kind["alone_p99_s"]
+    # Each step the controller moves to starts a new recent window: empty when the last job moved
+    # it (a late one on a loaded host climbs), else the 0.3 ms jobs' median and p99.
+    recent = (kind["recent_p50_s"], kind["recent_p99_s"])
+    assert recent == (None, None) or 3e-4 <= recent[0] <= recent[1]
     assert 0 <= kind["attainment"] <= 1 and not kind["infeasible"] and kind["median_unhelped"] is False
     # Its yield gate, as the controller sees it.
     assert isinstance(kind["closes_gate"], bool) and isinstance(kind["gate_on_trial"], bool)
@@ -162,13 +167,15 @@ def test_a_kind_gets_its_alone_latency_by_a_probe_and_a_target_from_it():
 
 
 def test_a_best_effort_kind_the_latency_critical_work_does_not_mind_is_released():
-    # The LC job takes 20 ms while best-effort work runs in whole units (the steps that only keep
-    # SMs free) and 1 ms once it is sliced: the controller climbs past those steps for its 10 ms
-    # target (room for a loaded host's noise), then tries releasing the one best-effort kind (the last partition step's settings
-    # for it alone). The job's time follows the controller's step only, so the try holds and
-    # stats() says so; the kind's slices are then whole units while any other kind's stay short.
+    # The LC job takes 60 ms while best-effort work runs in whole units (the steps that only keep
+    # SMs free) and 1 ms once it is sliced or held back by a probe: the controller climbs past
+    # those steps for its 30 ms target, then tries releasing the one best-effort kind (the last
+    # partition step's settings for it alone). The job's time follows the controller's step only,
+    # so the try holds and stats() says so; the kind's slices are then whole units while any other
+    # kind's stay short. (The target leaves room for a loaded host: with two cores busy four times
+    # over, 1 ms jobs took over 10 ms one time in 40, enough to make a 10 ms target unmeetable.)
     sched = simulated()
-    sched.set_target("lc", 10.0)
+    sched.set_target("lc", 30.0)
     stop = threading.Event()
     worker = best_effort_holder(sched, stop)
     released = False
@@ -177,13 +184,13 @@ def test_a_best_effort_kind_the_latency_critical_work_does_not_mind_is_released(
         while not released and time.time() < deadline:
             control = sched.stats()["devices"][0]["control"]
             with sched.acquire("lc", priority="high"):
-                busy(20e-3 if control["slice_budget_s"] >= 0.02 else 1e-3)
+                busy(60e-3 if control["slice_budget_s"] >= 0.02 and not control["probing"] else 1e-3)
             time.sleep(2e-4)
             released = control["best_effort_kinds"].get("be", {}).get("released", False)
     finally:
         stop.set()
         worker.join()
-    assert released
+    assert released, control
     control = sched.stats()["devices"][0]["control"]
     assert control["slice_budget_s"] < 0.02 and control["best_effort_kinds"]["be"]["trials"] >= 1
     assert control["released_settings"]["throttle"] == "off"
@@ -213,8 +220,11 @@ def test_a_job_that_says_when_it_arrived_is_timed_from_there():
             break
         time.sleep(0.01)
     assert all(kinds[name]["samples"] == 40 for name in acquires)
-    assert min(kinds[name]["recent_p50_s"] for name in ("common", "full", "tried")) >= 0.02
-    assert kinds["prompt"]["recent_p50_s"] < 0.02
+    # Their alone medians (no best-effort work here): unlike the recent window, which a step the
+    # controller moves to empties, these stay.
+    assert all(kinds[name]["alone_samples"] >= 32 for name in acquires)
+    assert min(kinds[name]["alone_p50_s"] for name in ("common", "full", "tried")) >= 0.02
+    assert kinds["prompt"]["alone_p50_s"] < 0.02
 
 
 def test_acquire_checks_arrived():
