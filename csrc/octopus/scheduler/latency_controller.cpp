@@ -198,19 +198,16 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
   return std::nullopt;
 }
 
-std::optional<std::pair<double, double>> LatencyController::tail_at(const Kind& k, int step, double now_s) const {
+std::optional<detail::SampleWindow::Excess> LatencyController::tail_at(const Kind& k, int step, double now_s) const {
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
   if (at.closed_tail.jobs < kTailJobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
-  return std::make_pair(at.closed_tail.over / at.closed_tail.jobs, at.closed_tail.jobs);
+  const double share = at.closed_tail.over / at.closed_tail.jobs;
+  return detail::SampleWindow::Excess{share, std::sqrt(share * (1.0 - share) / at.closed_tail.jobs)};
 }
 
 bool LatencyController::tail_worse(const Kind& k, int a, int b, double now_s) const {
   const auto ta = tail_at(k, a, now_s), tb = tail_at(k, b, now_s);
-  if (!ta || !tb) return false;
-  const auto [pa, na] = *ta;
-  const auto [pb, nb] = *tb;
-  const double error = std::sqrt(pa * (1.0 - pa) / na + pb * (1.0 - pb) / nb);
-  return pb < options_.record_margin * pa && pa - pb > options_.record_confidence * error;
+  return ta && tb && lower(*tb, *ta);
 }
 
 std::optional<int> LatencyController::best_tail_step(const Kind& k, double now_s) const {
@@ -218,8 +215,8 @@ std::optional<int> LatencyController::best_tail_step(const Kind& k, double now_s
   double lowest = 2.0;
   for (int s = 0; s < static_cast<int>(ladder_.size()); ++s) {
     const auto tail = tail_at(k, s, now_s);
-    if (tail && tail->first < lowest) {
-      lowest = tail->first;
+    if (tail && tail->mean < lowest) {
+      lowest = tail->mean;
       best = s;
     }
   }

@@ -67,7 +67,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "octopus/scheduler/config.h"
@@ -406,12 +405,12 @@ class LatencyController {
   // not in yet after a step down.
   std::optional<int> step_that_may_help(const Kind& k, double target, double now_s) const;
   // A step's tail of the kind: the share of its settled jobs with the gate closed over the
-  // target, and how many jobs that share weighs, where it weighs kTailJobs or more and the
+  // target, and that share's standard error, where it weighs kTailJobs jobs or more and the
   // step held the kind within step_memory_s (else none). Records of kStepWindow jobs cannot
   // tell 2% of jobs over a p99 target from 6%; tails of kTailJobs can.
-  std::optional<std::pair<double, double>> tail_at(const Kind& k, int step, double now_s) const;
-  // Whether step a's tail of the kind is over step b's by more than chance (record_margin,
-  // record_confidence, as `lower`: a two-proportion test).
+  std::optional<detail::SampleWindow::Excess> tail_at(const Kind& k, int step, double now_s) const;
+  // Whether step a's tail of the kind is over step b's by more than chance (`lower`, the
+  // records' test, on the two shares: a two-proportion test).
   bool tail_worse(const Kind& k, int a, int b, double now_s) const;
   // The step whose tail of the kind is lowest (the lowest such step where several tie; none
   // where no step has a tail on record).
