@@ -247,6 +247,30 @@ TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
   }
 }
 
+TEST(LatencyControl, AJobThatArrivedBeforeTheSchedulerWasMadeRanAloneWhereNoBestEffortWorkEverRan) {
+  // A server's queue can be older than its scheduler: with no BE work ever, every job past
+  // the kind's warm-up is an alone sample, whenever it says it arrived.
+  SchedulerConfig config;
+  auto backend = std::make_shared<SimulatedBackend>(1);
+  backend->set_times_events(true);
+  StreamScheduler scheduler(config, backend);
+  AcquireRequest old = lc("old");
+  old.waited_before_s = 10.0;
+  const std::size_t jobs = ControllerOptions{}.warmup_samples + 16;
+  for (std::size_t i = 0; i < jobs; ++i) scheduler.acquire(old).release();
+  const auto alone_samples = [&]() -> std::optional<std::size_t> {
+    for (const KindControl& k : control(scheduler).kinds) {
+      if (k.kind == "old" && k.samples == jobs) return k.alone_samples;
+    }
+    return std::nullopt;
+  };
+  for (int i = 0; i < 500 && !alone_samples(); ++i) {
+    std::this_thread::sleep_for(10ms);  // the control thread catches up with the last completions
+  }
+  ASSERT_TRUE(alone_samples().has_value());
+  EXPECT_EQ(*alone_samples(), jobs - ControllerOptions{}.warmup_samples);
+}
+
 TEST(LatencyControl, PinnedKnobsStayWhereTheyArePinned) {
   SchedulerConfig config;
   config.best_effort_in_flight = 1;

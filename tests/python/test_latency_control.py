@@ -199,9 +199,10 @@ def test_a_best_effort_kind_the_latency_critical_work_does_not_mind_is_released(
 
 
 def test_a_job_that_says_when_it_arrived_is_timed_from_there():
-    # Jobs that had waited 20 ms when they asked for their leases (a server's queue, a thread
+    # Jobs that had waited 0.5 s when they asked for their leases (a server's queue, a thread
     # that woke late), through acquire's common path, its full one and try_acquire: their
     # kinds' latencies count the wait; a kind whose jobs say nothing is timed from acquire.
+    # Most of them arrived before the scheduler was made, and ran alone all the same.
     sched = simulated()
     acquires = dict(common=lambda t: sched.acquire("common", priority="high", arrived=t),
                     full=lambda t: sched.acquire("full", priority="high", timeout=5.0, arrived=t),
@@ -209,9 +210,9 @@ def test_a_job_that_says_when_it_arrived_is_timed_from_there():
                     prompt=lambda t: sched.acquire("prompt", priority="high"))
     for _ in range(40):
         for acquire in acquires.values():
-            with acquire(time.perf_counter() - 0.02) as lease:
+            with acquire(time.perf_counter() - 0.5) as lease:
                 busy(3e-4)
-            assert lease.waited_s < 0.02  # what it waited for the lease, from its acquire
+            assert lease.waited_s < 0.5  # what it waited for the lease, from its acquire
         time.sleep(1e-3)
     deadline = time.time() + 5
     while time.time() < deadline:  # the control thread catches up with the last completions
@@ -222,9 +223,9 @@ def test_a_job_that_says_when_it_arrived_is_timed_from_there():
     assert all(kinds[name]["samples"] == 40 for name in acquires)
     # Their alone medians (no best-effort work here): unlike the recent window, which a step the
     # controller moves to empties, these stay.
-    assert all(kinds[name]["alone_samples"] >= 32 for name in acquires)
-    assert min(kinds[name]["alone_p50_s"] for name in ("common", "full", "tried")) >= 0.02
-    assert kinds["prompt"]["alone_p50_s"] < 0.02
+    assert all(kinds[name]["alone_samples"] == 32 for name in acquires), kinds  # all but 8 warm-up jobs
+    assert min(kinds[name]["alone_p50_s"] for name in ("common", "full", "tried")) >= 0.5
+    assert kinds["prompt"]["alone_p50_s"] < 0.5
 
 
 def test_acquire_checks_arrived():

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -58,7 +59,9 @@ struct DeviceState {
   int best_effort_drained = 0;          // best-effort holders paused with nothing in flight
   int best_effort_releases_pending = 0; // returned best-effort leases whose work may still run
   bool best_effort_idle = true;         // no best-effort work can be running
-  double best_effort_idle_since_us = 0.0;  // ... since then (0: since the scheduler was made)
+  // ... since then; -inf while none has ever run, so that a job which arrived before the
+  // scheduler was made (a server's queue older than it) ran alone too.
+  double best_effort_idle_since_us = -std::numeric_limits<double>::infinity();
   uint64_t best_effort_epoch = 0;       // bumped whenever best-effort work may start
   // Bumped whenever `control` (or the released kinds' settings, or a probe) changes; with
   // the best-effort leases of each generation whose work may still run (granted and not
