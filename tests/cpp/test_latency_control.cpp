@@ -220,6 +220,8 @@ TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
     }
     return KindControl{};
   };
+  // BE work runs after every "stale" job arrived: the holder has its lease before the first.
+  while (!d.holding.load()) std::this_thread::sleep_for(100us);
   int jobs = 0;
   for (; jobs < 40 || (jobs < 2000 && kind("lc").alone_samples == 0); ++jobs) {
     for (const AcquireRequest& r : {queued, stale, lc()}) {
