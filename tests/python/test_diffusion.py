@@ -188,6 +188,30 @@ def test_whole_runs_match_diffusers_per_sample_float64(name, config, options):
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
 
 
+# diffusers works DDPM's and DDIM's coefficients out in float32 (alphas_cumprod is a float32
+# tensor), where 1 - alphas_cumprod[t] / alphas_cumprod[prev] cancels: worked out in double
+# instead, a 100-step DDPM run ended 1e-5 away from diffusers' in float64, past the 1e-6 that
+# runs of a few steps meet.
+LONG_RUNS = [
+    ("DDPMScheduler", {}, dict(noise=True)),
+    ("DDPMScheduler", dict(prediction_type="v_prediction", clip_sample=False, beta_schedule="scaled_linear",
+                           beta_start=0.00085, beta_end=0.012), dict(noise=True)),
+    ("DDIMScheduler", dict(clip_sample=False), dict(eta=1.0)),
+]
+
+
+@pytest.mark.parametrize("name, config, options", LONG_RUNS, ids=[f"{r[0]}-{i}" for i, r in enumerate(LONG_RUNS)])
+def test_runs_of_a_hundred_steps_match_diffusers_per_sample_float64(name, config, options):
+    latents = torch.randn(3, 4, 6, 10, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    steps, starts = [100, 73, 1], [0, 20, 99]
+    g = torch.Generator().manual_seed(8)
+    outputs = [torch.randn(latents.shape, generator=g, dtype=torch.float64) for _ in range(100)]
+    noises = [torch.randn(latents.shape, generator=g, dtype=torch.float64) for _ in range(100)]
+    expected = _reference_run(name, config, options, steps, starts, latents, outputs, noises)
+    got = _octopus_run(name, config, options, steps, starts, latents, outputs, noises, device="cpu")
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6 * expected.abs().max().item())
+
+
 # DPM-Solver++ and UniPC with Karras sigmas round two sigmas to one timestep from ~45 steps on:
 # each sample's history tells the two steps apart.
 REPEATS = [

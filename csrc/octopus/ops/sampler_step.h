@@ -124,12 +124,21 @@ OCTOPUS_HD int64_t step_index(const SamplerRow& R, double t) {
 // alphas table with the timestep itself).
 OCTOPUS_HD bool searches_schedule(SamplerKind kind) { return kind != SamplerKind::DDIM; }
 
+// diffusers' DDIM and DDPM steps work out their coefficients in float32 (alphas_cumprod is a
+// float32 tensor): each operation is rounded to float32 here as there. A sum, difference,
+// product or quotient of float32 values worked out in double and then rounded is the float32
+// operation's result; a square root so worked out is the correctly rounded one, which torch's
+// float32 square root on a CPU can miss by an ulp. Worked out in double instead (where
+// 1 - alphas_cumprod[t] / alphas_cumprod[prev] cancels), a 100-step DDPM run ended 3e-5 away
+// from diffusers' in float64; rounded so, 3e-7.
+OCTOPUS_HD double rounded_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
+
 OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
   const int64_t ti = clamp_to(static_cast<int64_t>(llround(t)), 0, R.table_length - 1);
   const int64_t prev = ti - R.step_ratio;
   const double at = R.table[ti];
   const double ap = prev >= 0 ? R.table[clamp_to(prev, 0, R.table_length - 1)] : R.final_alpha_cumprod;
-  const double bt = 1.0 - at, sa = sqrt(at), sb = sqrt(bt);
+  const double bt = rounded_f32(1.0 - at), sa = rounded_f32(sqrt(at)), sb = rounded_f32(sqrt(bt));
   StepCoefficients k{};
   double c = 0.0, d = 1.0;  // eps = c * x + d * m
   switch (R.prediction) {
@@ -137,11 +146,12 @@ OCTOPUS_HD StepCoefficients ddim_coefficients(const SamplerRow& R, double t) {
     case Prediction::Sample: k.a = 0.0; k.b = 1.0; c = 1.0 / sb; d = -sa / sb; break;
     default: k.a = sa; k.b = -sb; c = sb; d = sa; break;  // v-prediction
   }
-  const double variance = (1.0 - ap) / (1.0 - at) * (1.0 - at / ap);
-  const double std_dev = R.eta * sqrt(variance);
-  const double dir = sqrt(1.0 - ap - std_dev * std_dev);
+  const double bp = rounded_f32(1.0 - ap);
+  const double variance = rounded_f32(rounded_f32(bp / bt) * rounded_f32(1.0 - rounded_f32(at / ap)));
+  const double std_dev = rounded_f32(rounded_f32(R.eta) * rounded_f32(sqrt(variance)));
+  const double dir = rounded_f32(sqrt(rounded_f32(bp - rounded_f32(std_dev * std_dev))));
   k.clip = R.clip_range;
-  k.q = sqrt(ap);
+  k.q = rounded_f32(sqrt(ap));
   if (R.clipped_model_output) {  // eps recomputed from the (clipped) x0
     k.p = dir / sb;
     k.q += -dir * sa / sb;
@@ -162,8 +172,9 @@ OCTOPUS_HD StepCoefficients ddpm_coefficients(const SamplerRow& R, double t) {
   const int64_t prev = step + 1 < R.length ? static_cast<int64_t>(llround(R.schedule[step + 1])) : -1;
   const double at = R.table[ti];
   const double ap = prev >= 0 ? R.table[clamp_to(prev, 0, R.table_length - 1)] : 1.0;
-  const double bt = 1.0 - at, bp = 1.0 - ap, sa = sqrt(at), sb = sqrt(bt);
-  const double current_alpha = at / ap, current_beta = 1.0 - current_alpha;
+  const double bt = rounded_f32(1.0 - at), bp = rounded_f32(1.0 - ap);
+  const double sa = rounded_f32(sqrt(at)), sb = rounded_f32(sqrt(bt));
+  const double current_alpha = rounded_f32(at / ap), current_beta = rounded_f32(1.0 - current_alpha);
   StepCoefficients k{};
   switch (R.prediction) {
     case Prediction::Epsilon: k.a = 1.0 / sa; k.b = -sb / sa; break;
@@ -171,10 +182,10 @@ OCTOPUS_HD StepCoefficients ddpm_coefficients(const SamplerRow& R, double t) {
     default: k.a = sa; k.b = -sb; break;  // v-prediction
   }
   k.clip = R.clip_range;
-  k.q = sqrt(ap) * current_beta / bt;
-  k.p = sqrt(current_alpha) * bp / bt;
-  const double variance = bp / bt * current_beta;
-  k.s = ti > 0 ? sqrt(variance > 1e-20 ? variance : 1e-20) : 0.0;
+  k.q = rounded_f32(rounded_f32(rounded_f32(sqrt(ap)) * current_beta) / bt);
+  k.p = rounded_f32(rounded_f32(rounded_f32(sqrt(current_alpha)) * bp) / bt);
+  const double variance = rounded_f32(rounded_f32(bp / bt) * current_beta), least = rounded_f32(1e-20);
+  k.s = ti > 0 ? rounded_f32(sqrt(variance > least ? variance : least)) : 0.0;
   return k;
 }
 
