@@ -237,6 +237,7 @@ TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
   }
   ASSERT_EQ(kind("queued").samples, all);
   ASSERT_EQ(kind("lc").samples, all);
+  ASSERT_TRUE(kind("queued").recent_p50_s.has_value() && kind("lc").recent_p50_s.has_value());
   EXPECT_GE(*kind("queued").recent_p50_s, 0.02);
   EXPECT_LT(*kind("lc").recent_p50_s, 0.02);
   EXPECT_GT(kind("lc").alone_samples, 0u);

@@ -90,7 +90,8 @@ TEST(StreamScheduler, BeforeBlockingIsCalledOnlyWhereTheRequestWaits) {
     });
     granted.store(true);
   });
-  std::this_thread::sleep_for(50ms);
+  for (int i = 0; i < 500 && calls.load() == 0; ++i) std::this_thread::sleep_for(10ms);  // the waiter blocks
+  std::this_thread::sleep_for(20ms);  // and stays blocked
   EXPECT_FALSE(granted.load());
   EXPECT_EQ(calls, 1) << "called once, before the wait";
   EXPECT_EQ(calls_before_grant.load(), 0);

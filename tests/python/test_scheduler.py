@@ -48,6 +48,7 @@ def test_a_scheduler_dropped_without_close_is_freed_at_once():
     import sys
     import weakref
 
+    gc.collect()  # schedulers of earlier tests that nobody closed give the interval back first
     interval = sys.getswitchinterval()
     gc.disable()
     try:
@@ -58,6 +59,11 @@ def test_a_scheduler_dropped_without_close_is_freed_at_once():
         assert sched.submit(lambda: 3).result() == 3 and sched.map(abs, [-1, 2]) == [1, 2]  # the executor too
         ref = weakref.ref(sched)
         del sched
+        # (An executor thread drops its finished work item, which holds the scheduler, just after
+        # setting its result: a moment later, never with gc off if a cycle held it.)
+        deadline = time.monotonic() + 2
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(1e-3)
         assert ref() is None
         assert sys.getswitchinterval() == interval
     finally:
