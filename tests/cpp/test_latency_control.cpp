@@ -51,6 +51,14 @@ const ControlStats& control(const StreamScheduler& s) {
   return stats.devices.front().control;
 }
 
+// A kind's state in stats() (empty where the controller has not seen the kind yet).
+KindControl kind_control(const StreamScheduler& s, const std::string& name) {
+  for (const KindControl& k : control(s).kinds) {
+    if (k.kind == name) return k;
+  }
+  return KindControl{};
+}
+
 struct Device {
   std::shared_ptr<SimulatedBackend> backend = std::make_shared<SimulatedBackend>(1);
   std::unique_ptr<StreamScheduler> scheduler;
@@ -214,12 +222,7 @@ TEST(LatencyControl, AJobIsTimedFromWhenItArrived) {
   AcquireRequest queued = lc("queued"), stale = lc("stale");
   queued.waited_before_s = 0.02;
   stale.waited_before_s = 10.0;
-  const auto kind = [&](const std::string& name) {
-    for (const KindControl& k : control(*d.scheduler).kinds) {
-      if (k.kind == name) return k;
-    }
-    return KindControl{};
-  };
+  const auto kind = [&](const std::string& name) { return kind_control(*d.scheduler, name); };
   // BE work runs after every "stale" job arrived: the holder has its lease before the first.
   while (!d.holding.load()) std::this_thread::sleep_for(100us);
   int jobs = 0;
@@ -261,17 +264,12 @@ TEST(LatencyControl, AJobThatArrivedBeforeTheSchedulerWasMadeRanAloneWhereNoBest
   old.waited_before_s = 10.0;
   const std::size_t jobs = ControllerOptions{}.warmup_samples + 16;
   for (std::size_t i = 0; i < jobs; ++i) scheduler.acquire(old).release();
-  const auto alone_samples = [&]() -> std::optional<std::size_t> {
-    for (const KindControl& k : control(scheduler).kinds) {
-      if (k.kind == "old" && k.samples == jobs) return k.alone_samples;
-    }
-    return std::nullopt;
-  };
-  for (int i = 0; i < 500 && !alone_samples(); ++i) {
+  for (int i = 0; i < 500 && kind_control(scheduler, "old").samples < jobs; ++i) {
     std::this_thread::sleep_for(10ms);  // the control thread catches up with the last completions
   }
-  ASSERT_TRUE(alone_samples().has_value());
-  EXPECT_EQ(*alone_samples(), jobs - ControllerOptions{}.warmup_samples);
+  const KindControl old_kind = kind_control(scheduler, "old");
+  ASSERT_EQ(old_kind.samples, jobs);
+  EXPECT_EQ(old_kind.alone_samples, jobs - ControllerOptions{}.warmup_samples);
 }
 
 TEST(LatencyControl, PinnedKnobsStayWhereTheyArePinned) {

@@ -201,8 +201,7 @@ std::optional<int> LatencyController::step_that_may_help(const Kind& k, double t
 std::optional<detail::SampleWindow::Excess> LatencyController::tail_at(const Kind& k, int step, double now_s) const {
   const Kind::AtStep& at = k.at_steps[static_cast<std::size_t>(step)];
   if (at.closed_tail.jobs < kTailJobs || now_s - at.last_s > options_.step_memory_s) return std::nullopt;
-  const double share = at.closed_tail.over / at.closed_tail.jobs;
-  return detail::SampleWindow::Excess{share, std::sqrt(share * (1.0 - share) / at.closed_tail.jobs)};
+  return at.closed_tail.share();
 }
 
 bool LatencyController::tail_worse(const Kind& k, int a, int b, double now_s) const {

@@ -62,6 +62,7 @@
 // decides.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -353,6 +354,11 @@ class LatencyController {
           jobs /= 2.0;
           over /= 2.0;
         }
+      }
+      // The share over the target and its standard error (of a proportion; needs jobs > 0).
+      detail::SampleWindow::Excess share() const {
+        const double p = over / jobs;
+        return {p, std::sqrt(p * (1.0 - p) / jobs)};
       }
     };
     struct AtStep {
